@@ -1,0 +1,140 @@
+"""Settings for ARES Console, every value from the environment with a working local default."""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from ares_site.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("ARES_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", False)
+
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: set SECRET_KEY, or DEBUG=1 for the development default"
+        )
+    SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "ninja",
+    "traces_app",
+    "tools_app",
+    "planner_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ares_site.urls"
+WSGI_APPLICATION = "ares_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database_config(url: str) -> dict:
+    """Return Django's DATABASES entry for a DATABASE_URL, tuned per backend."""
+    try:
+        config = dj_database_url.parse(url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60))
+    except Exception as exc:  # dj_database_url raises bare ValueError/KeyError subclasses
+        raise ImproperlyConfigured(f"DATABASE_URL={url!r} cannot be used: {exc}") from None
+    engine = config["ENGINE"]
+    if engine == "django.db.backends.sqlite3":
+        # WAL lets readers run beside the writer; IMMEDIATE takes the write lock at BEGIN
+        # so concurrent writers queue on `timeout` instead of failing mid-transaction.
+        config["OPTIONS"] = {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": env_int("SQLITE_TIMEOUT", 20, minimum=0),
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        config["CONN_MAX_AGE"] = 0 if config["NAME"] == ":memory:" else config["CONN_MAX_AGE"]
+        config["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+    elif engine == "django.db.backends.postgresql":
+        config.setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 5)
+        config["CONN_HEALTH_CHECKS"] = True
+    else:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL uses {engine}: only sqlite:// and postgres:// are supported"
+        )
+    return config
+
+
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ares.sqlite3'}")
+DATABASES = {"default": _database_config(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+LOGIN_URL = "admin:login"
+
+# Celery: no broker means tasks run inline in the calling process.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")
+if CELERY_BROKER_URL and not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r} must be a redis:// URL")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Ingest limits. The body limit applies after gzip decompression too.
+ARES_INGEST_MAX_BODY_BYTES = env_int("ARES_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
+ARES_INGEST_MAX_ITEMS = env_int("ARES_INGEST_MAX_ITEMS", 1000, minimum=1)
+ARES_MAX_CLOCK_SKEW_SECONDS = env_int("ARES_MAX_CLOCK_SKEW_SECONDS", 3600, minimum=0)
+ARES_PAYLOAD_MAX_BYTES = env_int("ARES_PAYLOAD_MAX_BYTES", 16 * 1024, minimum=256)
+DATA_UPLOAD_MAX_MEMORY_SIZE = ARES_INGEST_MAX_BODY_BYTES
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO").upper()},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

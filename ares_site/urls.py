@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.urls import path
+
+from ares_site import views
+from ares_site.api import api
+
+admin.site.site_header = "ARES Console"
+admin.site.site_title = "ARES Console"
+admin.site.index_title = "Administration"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("healthz", views.healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+]

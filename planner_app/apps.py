@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PlannerAppConfig(AppConfig):
+    name = "planner_app"
+    verbose_name = "Planner"

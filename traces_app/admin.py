@@ -1,0 +1,159 @@
+"""Admin pages: traces and invocations read-only; API keys issued and revoked."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+
+from traces_app.models import SCOPES, ApiKey, Invocation, Trace
+from traces_app.tasks import recompute_trace_totals_task
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records are written by agents and the engine, never edited by hand."""
+
+    show_full_result_count = False  # a COUNT(*) over millions of spans on every page is slow
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def pretty_json(value: Any) -> str:
+    """Return a JSON value as an escaped, indented <pre> block."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return format_html('<pre class="json">{}</pre>', text)
+
+
+class InvocationInline(admin.TabularInline):
+    model = Invocation
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    ordering = ["started_at", "pk"]
+    fields = ["started_at", "kind", "tool_name", "model", "status", "error_kind", "latency_ms",
+              "input_tokens", "output_tokens", "chosen_by", "ran_on", "attempt"]  # fmt: skip
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Trace)
+class TraceAdmin(ReadOnlyAdmin):
+    list_display = ["trace_id", "started_at", "agent", "short_request", "status", "tool_calls",
+                    "failed_calls", "llm_calls", "input_tokens", "output_tokens", "cost_usd"]  # fmt: skip
+    list_filter = ["status", "started_at"]
+    search_fields = ["=trace_id", "agent", "session_id", "request_text"]
+    date_hierarchy = "started_at"
+    inlines = [InvocationInline]
+    actions = ["recompute_totals"]
+
+    @admin.display(description="Request")
+    def short_request(self, trace: Trace) -> str:
+        text = trace.request_text
+        return text if len(text) <= 80 else text[:79] + "…"
+
+    @admin.action(description="Recompute totals from stored spans (background task)")
+    def recompute_totals(self, request: HttpRequest, queryset: QuerySet[Trace]) -> None:
+        trace_ids = list(queryset.values_list("pk", flat=True))
+        for trace_id in trace_ids:
+            transaction.on_commit(lambda t=trace_id: recompute_trace_totals_task.delay(t))
+        self.message_user(request, f"Queued a recount of {len(trace_ids)} trace(s).")
+
+
+@admin.register(Invocation)
+class InvocationAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "kind", "tool_name", "status", "error_kind", "latency_ms",
+                    "chosen_by", "ran_on", "agent", "attempt", "trace_link"]  # fmt: skip
+    list_filter = ["kind", "status", "chosen_by", "error_kind", "started_at"]
+    search_fields = ["tool_name", "=trace__trace_id", "=span_id", "=tool_call_id", "agent"]
+    date_hierarchy = "started_at"
+    list_select_related = False
+    exclude = ["arguments", "result"]
+    readonly_fields = ["arguments_json", "result_json"]
+
+    @admin.display(description="Trace")
+    def trace_link(self, invocation: Invocation) -> str:
+        return format_html(
+            '<a href="../trace/{}/change/">{}…</a>', invocation.trace_id, invocation.trace_id[:8]
+        )
+
+    @admin.display(description="Arguments")
+    def arguments_json(self, invocation: Invocation) -> str:
+        return pretty_json(invocation.arguments)
+
+    @admin.display(description="Result")
+    def result_json(self, invocation: Invocation) -> str:
+        return pretty_json(invocation.result)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        names = [f.name for f in Invocation._meta.fields if f.name not in self.exclude]
+        return names + self.readonly_fields
+
+
+class ApiKeyCreationForm(forms.ModelForm):
+    scopes = forms.MultipleChoiceField(
+        choices=[(name, f"{name}: {text}") for name, text in SCOPES.items()],
+        widget=forms.CheckboxSelectMultiple,
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ["name", "scopes", "expires_at"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["name", "prefix", "scopes", "created_at", "last_used_at", "expires_at",
+                    "revoked_at"]  # fmt: skip
+    list_filter = ["revoked_at"]
+    search_fields = ["name", "prefix"]
+    actions = ["revoke"]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        if obj is None:
+            kwargs["form"] = ApiKeyCreationForm
+        return super().get_form(request, obj, **kwargs)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return []
+        return ["prefix", "scopes", "created_by", "created_at", "last_used_at", "revoked_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["name", "scopes", "expires_at"]
+        return ["name", "prefix", "scopes", "created_by", "created_at", "last_used_at",
+                "expires_at", "revoked_at"]  # fmt: skip
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        obj.scopes = sorted(form.cleaned_data["scopes"])
+        obj.created_by = request.user
+        raw_key = obj.set_new_key()
+        super().save_model(request, obj, form, change)
+        messages.warning(
+            request,
+            format_html(
+                "Key created. Copy it now, it will not be shown again: <code id=\"new-api-key\">{}</code>",
+                raw_key,
+            ),
+        )
+
+    @admin.action(description="Revoke selected keys")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} key(s).")

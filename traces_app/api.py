@@ -1,0 +1,254 @@
+"""REST endpoints of traces_app: report spans, read traces, invocations and tool statistics."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from ninja import Field, FilterSchema, Query, Router, Schema
+from ninja.errors import HttpError
+from pydantic import ValidationError
+
+from traces_app.auth import ApiKeyAuth, key_or_staff
+from traces_app.bodies import read_json_body
+from traces_app.models import Invocation, Trace, tool_stats
+from traces_app.schemas import (
+    TRACE_ID_PATTERN,
+    BatchOut,
+    FieldError,
+    InvocationIn,
+    InvocationOut,
+    ItemOutcome,
+    ToolStatsWindowOut,
+    TraceDetailOut,
+    TraceOut,
+    field_errors,
+)
+from traces_app.services import record_invocations
+
+router = Router(tags=["traces"])
+
+_BATCH_SCHEMA = {
+    "type": "object",
+    "required": ["invocations"],
+    "properties": {
+        "invocations": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": settings.ARES_INGEST_MAX_ITEMS,
+            "items": InvocationIn.model_json_schema(),
+        }
+    },
+}
+
+
+@router.post(
+    "/invocations",
+    auth=ApiKeyAuth("report"),
+    response={200: BatchOut, 422: BatchOut},
+    summary="Report a batch of spans (tool calls, LLM calls)",
+    openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _BATCH_SCHEMA}}}
+    },
+)
+def report_invocations(request: HttpRequest) -> tuple[int, BatchOut]:
+    """Validate each item on its own, store the valid ones, report every item's outcome.
+
+    Idempotent on (trace_id, span_id). Gzip bodies are accepted. The status is 422 only
+    when no item was valid; otherwise 200 with per-item outcomes.
+    """
+    raw_items = _batch_items(read_json_body(request))
+    outcomes: list[ItemOutcome | None] = [None] * len(raw_items)
+    valid: list[tuple[int, InvocationIn]] = []
+    for index, raw in enumerate(raw_items):
+        try:
+            valid.append((index, InvocationIn.model_validate(raw)))
+        except ValidationError as exc:
+            outcomes[index] = _rejected(index, raw, field_errors(exc))
+    stored = record_invocations([item for _, item in valid]) if valid else []
+    for (index, item), is_new in zip(valid, stored, strict=True):
+        outcomes[index] = ItemOutcome(
+            index=index,
+            status="accepted" if is_new else "duplicate",
+            trace_id=item.trace_id,
+            span_id=item.span_id,
+        )
+    batch = BatchOut(
+        accepted=sum(o.status == "accepted" for o in outcomes),
+        duplicates=sum(o.status == "duplicate" for o in outcomes),
+        rejected=sum(o.status == "rejected" for o in outcomes),
+        items=outcomes,
+    )
+    return (422 if not valid else 200), batch
+
+
+def _batch_items(body: Any) -> list[Any]:
+    """Return the list of raw items of a batch body, or raise 413/422 for a bad envelope."""
+    if not isinstance(body, dict) or "invocations" not in body:
+        raise HttpError(422, 'body must be an object {"invocations": [...]}')
+    unknown = sorted(set(body) - {"invocations"})
+    if unknown:
+        raise HttpError(422, f"unknown top-level field(s): {', '.join(unknown)}")
+    items = body["invocations"]
+    if not isinstance(items, list):
+        raise HttpError(422, f"invocations must be a list, got {type(items).__name__}")
+    if not items:
+        raise HttpError(422, "invocations is empty: send 1 or more items")
+    limit = settings.ARES_INGEST_MAX_ITEMS
+    if len(items) > limit:
+        raise HttpError(413, f"{len(items)} items in one batch; the limit is {limit}")
+    return items
+
+
+def _rejected(index: int, raw: Any, errors: list[FieldError]) -> ItemOutcome:
+    ids = raw if isinstance(raw, dict) else {}
+    trace_id, span_id = ids.get("trace_id"), ids.get("span_id")
+    return ItemOutcome(
+        index=index,
+        status="rejected",
+        trace_id=trace_id if isinstance(trace_id, str) and len(trace_id) <= 64 else None,
+        span_id=span_id if isinstance(span_id, str) and len(span_id) <= 64 else None,
+        errors=errors,
+    )
+
+
+class Page(Schema):
+    next_cursor: str | None = Field(description="Pass as ?cursor= to get the next page")
+
+
+class TracePage(Page):
+    items: list[TraceOut]
+
+
+class InvocationPage(Page):
+    items: list[InvocationOut]
+
+
+class PageQuery(Schema):
+    cursor: str | None = None
+    limit: int = Field(50, ge=1, le=500)
+
+
+class TimeFilter(FilterSchema):
+    agent: str | None = None
+    status: str | None = None
+    since: datetime | None = Field(None, q="started_at__gte")
+    until: datetime | None = Field(None, q="started_at__lt")
+
+
+class TraceFilter(TimeFilter):
+    q: str | None = Field(None, q="request_text__icontains", description="Text in the request")
+    tool: str | None = Field(None, description="Traces that called this tool")
+    chosen_by: str | None = Field(None, description="Traces with a span chosen by llm/planner/...")
+
+    def filter_tool(self, value: str | None) -> Q:
+        if not value:
+            return Q()
+        return Q(trace_id__in=Invocation.objects.filter(tool_name=value).values("trace_id"))
+
+    def filter_chosen_by(self, value: str | None) -> Q:
+        if not value:
+            return Q()
+        return Q(trace_id__in=Invocation.objects.filter(chosen_by=value).values("trace_id"))
+
+
+class InvocationFilter(TimeFilter):
+    tool: str | None = Field(None, q="tool_name")
+    chosen_by: str | None = None
+    kind: str | None = None
+    error_kind: str | None = None
+    trace_id: str | None = None
+
+
+def paginate_by_start(queryset: QuerySet, page: PageQuery) -> tuple[list[Any], str | None]:
+    """Return one page, newest first, and the cursor of the next page.
+
+    Keyset pagination on (started_at, pk): stable while rows arrive, and exact when many
+    spans share a timestamp (batch ingest does that), which an offset-based cursor is not.
+    """
+    queryset = queryset.order_by("-started_at", "-pk")
+    if page.cursor:
+        started_at, pk = _decode_cursor(page.cursor)
+        queryset = queryset.filter(
+            Q(started_at__lt=started_at) | Q(started_at=started_at, pk__lt=pk)
+        )
+    rows = list(queryset[: page.limit + 1])
+    if len(rows) <= page.limit:
+        return rows, None
+    last = rows[page.limit - 1]
+    token = f"{last.started_at.isoformat()}|{last.pk}".encode()
+    return rows[: page.limit], base64.urlsafe_b64encode(token).decode()
+
+
+def _aware(moment: datetime) -> datetime:
+    """Return the datetime, read as UTC when it came without a time zone."""
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        started_at, pk = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
+        return datetime.fromisoformat(started_at), pk
+    except (ValueError, binascii.Error, UnicodeError):
+        raise HttpError(422, "cursor is not one this API returned") from None
+
+
+@router.get("/traces", auth=key_or_staff("read"), response=TracePage, summary="List traces")
+def list_traces(
+    request: HttpRequest, filters: Query[TraceFilter], page: Query[PageQuery]
+) -> dict[str, Any]:
+    items, next_cursor = paginate_by_start(filters.filter(Trace.objects.all()), page)
+    return {"items": items, "next_cursor": next_cursor}
+
+
+@router.get(
+    "/traces/{trace_id}",
+    auth=key_or_staff("read"),
+    response=TraceDetailOut,
+    summary="One trace with its spans",
+)
+def get_trace(request: HttpRequest, trace_id: str) -> Trace:
+    if not _is_trace_id(trace_id):
+        raise HttpError(422, "trace_id must be 32 hex characters")
+    trace = get_object_or_404(Trace, trace_id=trace_id.lower())
+    trace.spans = list(trace.invocations.order_by("started_at", "pk"))
+    return trace
+
+
+def _is_trace_id(value: str) -> bool:
+    return re.fullmatch(TRACE_ID_PATTERN, value) is not None
+
+
+@router.get(
+    "/invocations", auth=key_or_staff("read"), response=InvocationPage, summary="List spans"
+)
+def list_invocations(
+    request: HttpRequest, filters: Query[InvocationFilter], page: Query[PageQuery]
+) -> dict[str, Any]:
+    queryset = filters.filter(Invocation.objects.all())
+    items, next_cursor = paginate_by_start(queryset, page)
+    return {"items": items, "next_cursor": next_cursor}
+
+
+@router.get(
+    "/tools/stats",
+    auth=key_or_staff("read"),
+    response=ToolStatsWindowOut,
+    summary="Per-tool calls, success rate, p50/p95 latency and tokens over a window",
+)
+def get_tool_stats(
+    request: HttpRequest, since: datetime | None = None, until: datetime | None = None
+) -> dict[str, Any]:
+    until = _aware(until) if until else timezone.now()
+    since = _aware(since) if since else until - timedelta(hours=24)
+    if since >= until:
+        raise HttpError(422, "since must be before until")
+    return {"since": since, "until": until, "tools": tool_stats(since, until)}

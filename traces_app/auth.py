@@ -1,0 +1,35 @@
+"""API-key authentication for the REST API: `Authorization: Bearer ares_...`, scoped."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja.errors import AuthenticationError, AuthorizationError
+from ninja.security import HttpBearer
+from ninja.security.session import SessionAuthIsStaff
+
+from traces_app.models import ApiKey
+
+
+class ApiKeyAuth(HttpBearer):
+    """Accept an active API key that holds `scope`; 401 for a bad key, 403 for a missing scope."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        super().__init__()
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiKey:
+        key = ApiKey.objects.find_active(token.strip())
+        if key is None:
+            raise AuthenticationError(message="API key is invalid, expired or revoked")
+        if not key.has_scope(self.scope):
+            raise AuthorizationError(message=f"API key lacks the '{self.scope}' scope")
+        key.touch()
+        return key
+
+
+def key_or_staff(scope: str) -> list:
+    """Return the auth for endpoints open to API keys with `scope` and to staff sessions.
+
+    Staff sessions come from the site's own pages, so unsafe methods need a CSRF token.
+    """
+    return [ApiKeyAuth(scope), SessionAuthIsStaff()]

@@ -1,0 +1,78 @@
+"""Reading request bodies from outside: size-limited, gzip-aware, strict JSON."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+from ninja.errors import HttpError
+from ninja.parser import Parser
+
+
+def read_json_body(request: HttpRequest) -> Any:
+    """Return the request's JSON body, or raise HttpError 400/413/415 saying what is wrong."""
+    limit = settings.ARES_INGEST_MAX_BODY_BYTES
+    if request.content_type != "application/json":
+        got = request.content_type or "none"
+        raise HttpError(415, f"Content-Type must be application/json, got {got}")
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise HttpError(413, f"request body is larger than {limit} bytes") from None
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding == "gzip":
+        raw = gunzip_bounded(raw, limit)
+    elif encoding not in ("identity", ""):
+        raise HttpError(415, f"Content-Encoding {encoding!r} is not supported: use gzip or none")
+    if len(raw) > limit:
+        raise HttpError(413, f"request body is larger than {limit} bytes")
+    return parse_json(raw)
+
+
+def gunzip_bounded(raw: bytes, limit: int) -> bytes:
+    """Return gzip data decompressed, refusing more than `limit` bytes (gzip bombs)."""
+    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        data = decompressor.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        raise HttpError(400, f"body is not valid gzip: {exc}") from None
+    if len(data) > limit:
+        raise HttpError(413, f"decompressed body is larger than {limit} bytes")
+    if not decompressor.eof:
+        raise HttpError(400, "gzip body is truncated")
+    return data
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Return the JSON document in raw, refusing NaN/Infinity and non-UTF-8 bytes."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HttpError(
+            400, f"body is not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+        ) from None
+    if not text.strip():
+        raise HttpError(400, "request body is empty: send a JSON document")
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise HttpError(
+            400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise HttpError(400, f"invalid JSON: {exc}") from None
+
+
+class JsonBodyParser(Parser):
+    """Ninja's body parser with our limits, gzip support and clear errors."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return read_json_body(request)

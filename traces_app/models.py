@@ -1,0 +1,429 @@
+"""Traced records: traces, their spans (tool and LLM invocations), and API keys."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, models
+from django.utils import timezone
+
+
+class SpanKind(models.TextChoices):
+    TOOL = "tool", "Tool call"
+    LLM = "llm", "LLM call"
+    AGENT = "agent", "Agent step"
+    OTHER = "other", "Other"
+
+
+class ChosenBy(models.TextChoices):
+    LLM = "llm", "LLM"
+    PLANNER = "planner", "Planner"
+    WORKFLOW = "workflow", "Workflow"
+    EXTERNAL = "external", "Outside agent"
+
+
+class SpanStatus(models.TextChoices):
+    OK = "ok", "OK"
+    ERROR = "error", "Error"
+
+
+class ErrorKind(models.TextChoices):
+    """The error kinds every path uses; reporters may send other slugs too."""
+
+    INVALID_ARGUMENTS = "invalid_arguments"
+    NOT_FOUND = "not_found"
+    TIMEOUT = "timeout"
+    TOOL_ERROR = "tool_error"
+    CANCELLED = "cancelled"
+    RATE_LIMITED = "rate_limited"
+    PERMISSION_DENIED = "permission_denied"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+class TraceStatus(models.TextChoices):
+    OK = "ok", "OK"
+    ERROR = "error", "Has failures"
+
+
+class Trace(models.Model):
+    """One agent task: the spans that share a trace id, with running totals."""
+
+    trace_id = models.CharField(max_length=32, primary_key=True)
+    agent = models.CharField(max_length=200, blank=True)
+    session_id = models.CharField(max_length=200, blank=True)
+    request_text = models.TextField(blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=TraceStatus.choices, default=TraceStatus.OK)
+    span_count = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    llm_calls = models.PositiveIntegerField(default=0)
+    failed_calls = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    tool_latency_ms = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(fields=["started_at"], name="trace_started"),
+            models.Index(fields=["agent", "started_at"], name="trace_agent_started"),
+            models.Index(fields=["status", "started_at"], name="trace_status_started"),
+        ]
+
+    def __str__(self) -> str:
+        return self.trace_id
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.ended_at - self.started_at).total_seconds() * 1000
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def recompute_totals(self) -> None:
+        """Recount the totals from the stored spans, repairing any drift."""
+        spans = self.invocations.all()
+        totals = spans.aggregate(
+            span_count=models.Count("pk"),
+            tool_calls=models.Count("pk", filter=models.Q(kind=SpanKind.TOOL)),
+            llm_calls=models.Count("pk", filter=models.Q(kind=SpanKind.LLM)),
+            failed_calls=models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
+            input_tokens=models.Sum("input_tokens", default=0),
+            output_tokens=models.Sum("output_tokens", default=0),
+            cost_usd=models.Sum("cost_usd", default=0.0),
+            tool_latency_ms=models.Sum(
+                "latency_ms", filter=models.Q(kind=SpanKind.TOOL), default=0.0
+            ),
+            started_at=models.Min("started_at"),
+        )
+        for name, value in totals.items():
+            if value is not None:
+                setattr(self, name, value)
+        ends = [span.ended_at for span in spans.only("started_at", "latency_ms")]
+        if ends:
+            self.ended_at = max(ends)
+        self.status = TraceStatus.ERROR if self.failed_calls else TraceStatus.OK
+        self.updated_at = timezone.now()
+        self.save()
+
+
+class InvocationQuerySet(models.QuerySet):
+    def for_tool(self, name: str) -> InvocationQuerySet:
+        return self.filter(tool_name=name)
+
+    def tools(self) -> InvocationQuerySet:
+        return self.filter(kind=SpanKind.TOOL)
+
+    def since(self, moment: datetime) -> InvocationQuerySet:
+        return self.filter(started_at__gte=moment)
+
+    def until(self, moment: datetime) -> InvocationQuerySet:
+        return self.filter(started_at__lt=moment)
+
+    def failed(self) -> InvocationQuerySet:
+        return self.filter(status=SpanStatus.ERROR)
+
+
+class Invocation(models.Model):
+    """One span of a trace: a tool call attempt, an LLM call, or another step."""
+
+    trace = models.ForeignKey(
+        Trace, on_delete=models.CASCADE, related_name="invocations", db_column="trace_id"
+    )
+    span_id = models.CharField(max_length=16)
+    parent_span_id = models.CharField(max_length=16, blank=True)
+    kind = models.CharField(max_length=16, choices=SpanKind.choices, default=SpanKind.TOOL)
+    tool_name = models.CharField(max_length=200, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    chosen_by = models.CharField(max_length=16, choices=ChosenBy.choices, blank=True)
+    ran_on = models.CharField(max_length=120, blank=True, help_text="builtin, remote or mcp:<server>")
+    agent = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    arguments = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=SpanStatus.choices)
+    error_kind = models.CharField(max_length=40, blank=True)
+    error_message = models.TextField(blank=True)
+    started_at = models.DateTimeField()
+    latency_ms = models.FloatField()
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    result_tokens = models.PositiveIntegerField(
+        default=0, help_text="Tokens of the tool output fed back to the model"
+    )
+    cost_usd = models.FloatField(default=0.0)
+    attempt = models.PositiveIntegerField(default=1)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    objects = InvocationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["started_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["trace", "span_id"], name="invocation_trace_span_unique")
+        ]
+        indexes = [
+            models.Index(fields=["tool_name", "started_at"], name="inv_tool_started"),
+            models.Index(fields=["status", "started_at"], name="inv_status_started"),
+            models.Index(fields=["agent", "started_at"], name="inv_agent_started"),
+            models.Index(fields=["started_at"], name="inv_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.tool_name or self.model or self.span_id}"
+
+    @property
+    def ended_at(self) -> datetime:
+        return self.started_at + timedelta(milliseconds=self.latency_ms)
+
+
+def insert_ignoring_conflicts(
+    model: type[models.Model],
+    rows: Sequence[dict[str, Any]],
+    conflict_fields: Sequence[str],
+    returning: Sequence[str],
+) -> list[tuple]:
+    """Insert rows, skip those that clash on `conflict_fields`, return `returning` of new rows.
+
+    Django's bulk_create(ignore_conflicts=True) cannot say which rows it inserted, and
+    the ingest API must report accepted vs duplicate exactly, even when two clients send
+    the same span at once. `ON CONFLICT DO NOTHING RETURNING` (SQLite 3.35+, PostgreSQL)
+    lets the database decide.
+    """
+    if not rows:
+        return []
+    meta = model._meta
+    keys = list(rows[0])
+    fields = [meta.get_field(key) for key in keys]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    conflict = ", ".join(quote(meta.get_field(name).column) for name in conflict_fields)
+    returned = ", ".join(quote(meta.get_field(name).column) for name in returning)
+    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    batch_size = connection.ops.bulk_batch_size(fields, rows) or len(rows)
+    inserted: list[tuple] = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            params = [
+                field.get_db_prep_save(row[key], connection)
+                for row in chunk
+                for key, field in zip(keys, fields, strict=True)
+            ]
+            cursor.execute(
+                f"INSERT INTO {quote(meta.db_table)} ({columns}) "
+                f"VALUES {', '.join([row_sql] * len(chunk))} "
+                f"ON CONFLICT ({conflict}) DO NOTHING RETURNING {returned}",
+                params,
+            )
+            inserted.extend(cursor.fetchall())
+    return inserted
+
+
+def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> None:
+    """Create traces or add span totals to them, in one statement.
+
+    Each delta holds a trace's new spans summed up (counts, tokens, cost, time range)
+    and the agent, session and request text, which fill in only what is still blank.
+    Rows are sorted by trace id so concurrent batches lock traces in the same order.
+    """
+    rows = sorted(deltas, key=lambda delta: delta["trace_id"])
+    if not rows:
+        return
+    now = timezone.now()
+    table = connection.ops.quote_name(Trace._meta.db_table)
+    columns = [
+        "trace_id", "agent", "session_id", "request_text", "started_at", "ended_at",
+        "status", "span_count", "tool_calls", "llm_calls", "failed_calls", "input_tokens",
+        "output_tokens", "cost_usd", "tool_latency_ms", "created_at", "updated_at",
+    ]  # fmt: skip
+    fields = [Trace._meta.get_field(name) for name in columns]
+    params: list[Any] = []
+    for row in rows:
+        row = {**row, "status": "error" if row["failed_calls"] else "ok"}
+        row.update(created_at=now, updated_at=now)
+        params.extend(field.get_db_prep_save(row[field.name], connection) for field in fields)
+    fill_blank = [
+        f"{name} = CASE WHEN {table}.{name} = '' THEN excluded.{name} ELSE {table}.{name} END"
+        for name in ("agent", "session_id", "request_text")
+    ]
+    add = [
+        f"{name} = {table}.{name} + excluded.{name}"
+        for name in (
+            "span_count", "tool_calls", "llm_calls", "failed_calls", "input_tokens",
+            "output_tokens", "cost_usd", "tool_latency_ms",
+        )
+    ]  # fmt: skip
+    widen = [
+        f"started_at = CASE WHEN excluded.started_at < {table}.started_at "
+        f"THEN excluded.started_at ELSE {table}.started_at END",
+        f"ended_at = CASE WHEN excluded.ended_at > {table}.ended_at "
+        f"THEN excluded.ended_at ELSE {table}.ended_at END",
+        f"status = CASE WHEN {table}.failed_calls + excluded.failed_calls > 0 "
+        "THEN 'error' ELSE 'ok' END",
+        "updated_at = excluded.updated_at",
+    ]
+    row_sql = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    sql = (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row_sql] * len(rows))} "
+        f"ON CONFLICT (trace_id) DO UPDATE SET {', '.join(fill_blank + add + widen)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+SCOPES = {
+    "report": "Report invocations (POST /api/v1/invocations)",
+    "read": "Read traces, invocations and statistics",
+    "plan": "Ask the planner for a plan",
+    "execute": "Execute tools",
+    "chat": "Chat with agents",
+}
+
+KEY_PREFIX = "ares_"
+
+
+def hash_api_key(raw_key: str) -> str:
+    """Return the SHA-256 hex digest under which a key is stored.
+
+    Keys are 256 random bits, so a fast unsalted hash is safe and lets a request
+    find its key with one indexed lookup.
+    """
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+class ApiKeyManager(models.Manager):
+    def issue(
+        self, name: str, scopes: Sequence[str], created_by: Any = None
+    ) -> tuple[ApiKey, str]:
+        """Create a key and return it with its raw value, which is never stored."""
+        unknown = sorted(set(scopes) - set(SCOPES))
+        if unknown:
+            raise ValueError(f"unknown scope(s) {', '.join(unknown)}; known: {', '.join(SCOPES)}")
+        key = self.model(name=name, scopes=sorted(set(scopes)), created_by=created_by)
+        raw_key = key.set_new_key()
+        key.save()
+        return key, raw_key
+
+    def find_active(self, raw_key: str) -> ApiKey | None:
+        """Return the unrevoked, unexpired key with this raw value, or None."""
+        key = self.filter(key_hash=hash_api_key(raw_key)).first()
+        if key is None or not key.is_active:
+            return None
+        return key
+
+
+class ApiKey(models.Model):
+    """A hashed, scoped, revocable key for agents calling the REST API."""
+
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=12, help_text="The key's first characters, to tell keys apart")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scopes = models.JSONField(default=list)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyManager()
+
+    class Meta:
+        verbose_name = "API key"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+    def set_new_key(self) -> str:
+        """Give this key a new random value; return it raw, since only its hash is kept."""
+        raw_key = KEY_PREFIX + secrets.token_urlsafe(32)
+        self.prefix = raw_key[:12]
+        self.key_hash = hash_api_key(raw_key)
+        return raw_key
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    def revoke(self) -> None:
+        self.revoked_at = timezone.now()
+        self.save(update_fields=["revoked_at"])
+
+    def touch(self) -> None:
+        """Record use, at most once a minute, so busy keys don't write on every request."""
+        now = timezone.now()
+        if self.last_used_at is None or now - self.last_used_at > timedelta(minutes=1):
+            ApiKey.objects.filter(pk=self.pk).update(last_used_at=now)
+            self.last_used_at = now
+
+
+class PercentileCont(models.Aggregate):
+    """PostgreSQL's percentile_cont(p) WITHIN GROUP (ORDER BY expression)."""
+
+    function = "PERCENTILE_CONT"
+    template = "%(function)s(%(percentile)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = models.FloatField()
+
+    def __init__(self, expression: Any, percentile: float) -> None:
+        super().__init__(expression, percentile=float(percentile))
+
+
+def percentile_cont(sorted_values: Sequence[float], fraction: float) -> float | None:
+    """Return the interpolated percentile of sorted values, as PostgreSQL's percentile_cont."""
+    if not sorted_values:
+        return None
+    position = fraction * (len(sorted_values) - 1)
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def tool_stats(since: datetime, until: datetime) -> list[dict[str, Any]]:
+    """Return per-tool calls, failures, success rate, p50/p95 latency, tokens and cost.
+
+    PostgreSQL computes the percentiles in SQL; SQLite has no percentile function, so
+    there the latencies of the window are read and interpolated the same way in Python.
+    """
+    spans = Invocation.objects.tools().since(since).until(until)
+    totals = {
+        "calls": models.Count("pk"),
+        "failures": models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
+        "input_tokens": models.Sum("input_tokens"),
+        "output_tokens": models.Sum("output_tokens"),
+        "result_tokens": models.Sum("result_tokens"),
+        "cost_usd": models.Sum("cost_usd"),
+    }
+    if connection.vendor == "postgresql":
+        totals["p50_latency_ms"] = PercentileCont("latency_ms", 0.5)
+        totals["p95_latency_ms"] = PercentileCont("latency_ms", 0.95)
+    rows = list(spans.values("tool_name").annotate(**totals).order_by("tool_name"))
+    if connection.vendor != "postgresql":
+        latencies: dict[str, list[float]] = {}
+        for name, latency in spans.values_list("tool_name", "latency_ms").order_by("latency_ms"):
+            latencies.setdefault(name, []).append(latency)
+        for row in rows:
+            values = latencies.get(row["tool_name"], [])
+            row["p50_latency_ms"] = percentile_cont(values, 0.5)
+            row["p95_latency_ms"] = percentile_cont(values, 0.95)
+    for row in rows:
+        row["success_rate"] = (row["calls"] - row["failures"]) / row["calls"]
+    return rows

@@ -1,0 +1,130 @@
+"""Make recorded payloads safe to store: secrets redacted, size bounded, marker explicit."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+REDACTED = "[REDACTED]"
+TRUNCATED_KEY = "__truncated__"
+
+# Keys whose values are secrets, matched anywhere in the key, case-insensitive.
+_SECRET_KEY = re.compile(
+    r"passw(or)?d|passwd|pwd|secret|api[-_]?key|access[-_]?key|private[-_]?key|token"
+    r"|authorization|cookie|credential|session[-_]?id",
+    re.IGNORECASE,
+)
+# ...except keys that only count tokens, which LLM payloads are full of.
+_TOKEN_COUNT_KEY = re.compile(r"tokens$|tokens?[-_]?(count|used|limit)$", re.IGNORECASE)
+
+# Values that are secrets wherever they appear, whatever their key.
+_SECRET_VALUES = [
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
+    (re.compile(r"\bares_[A-Za-z0-9_-]{20,}"), REDACTED),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
+    (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1" + REDACTED + "@"),
+]
+
+
+def is_secret_key(key: str) -> bool:
+    """Return whether a mapping key names a secret (password, api_key, token...)."""
+    return bool(_SECRET_KEY.search(key)) and not _TOKEN_COUNT_KEY.search(key)
+
+
+def storable_text(text: str) -> str:
+    """Return text that every database can store: NUL and lone surrogates become U+FFFD.
+
+    PostgreSQL refuses both in text and jsonb, and JSON bodies can carry them.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def redact_text(text: str) -> str:
+    """Return text with secret-looking values (bearer tokens, API keys, JWTs) replaced."""
+    text = storable_text(text)
+    for pattern, replacement in _SECRET_VALUES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redact(value: Any) -> Any:
+    """Return a copy of a JSON value with secret keys' values and secret-looking text redacted."""
+    if isinstance(value, dict):
+        return {
+            storable_text(str(key)): REDACTED if is_secret_key(str(key)) else redact(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(item) for item in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def cut_utf8(text: str, max_bytes: int) -> str:
+    """Return the longest prefix of text that fits in max_bytes of UTF-8."""
+    encoded = text.encode()
+    if len(encoded) <= max_bytes:
+        return text
+    return encoded[:max_bytes].decode(errors="ignore")
+
+
+def bound_text(text: str, max_bytes: int) -> str:
+    """Return text cut to max_bytes of UTF-8, ending with a marker saying how much was cut."""
+    size = len(text.encode())
+    if size <= max_bytes:
+        return text
+    marker = f"…[truncated {size - max_bytes} of {size} bytes]"
+    return cut_utf8(text, max_bytes) + marker
+
+
+def bound_json(value: Any, max_bytes: int) -> Any:
+    """Return the value, or when its JSON exceeds max_bytes an explicit truncation record.
+
+    Text is cut with a marker at its end. JSON cut mid-way is not JSON, so an oversized
+    object or array becomes
+    `{"__truncated__": true, "original_bytes": N, "preview": "<first bytes>…"}`.
+    """
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return bound_text(value, max_bytes)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    size = len(text.encode())
+    if size <= max_bytes:
+        return value
+    return {
+        TRUNCATED_KEY: True,
+        "original_bytes": size,
+        "preview": cut_utf8(text, max(max_bytes - 200, 64)) + "…",
+    }
+
+
+def parse_json_text(value: Any) -> Any:
+    """Return a JSON object or array encoded in a string decoded; anything else unchanged.
+
+    OpenAI sends tool arguments as a JSON string; decoding it lets secret keys inside
+    be redacted and the arguments be shown as an object.
+    """
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def safe_payload(value: Any, max_bytes: int) -> Any:
+    """Return a payload ready to store: JSON text decoded, secrets redacted, size bounded."""
+    return bound_json(redact(parse_json_text(value)), max_bytes)

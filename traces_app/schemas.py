@@ -1,0 +1,198 @@
+"""Request and response shapes of the traces API, validated with pydantic."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from django.conf import settings
+from django.utils import timezone
+from ninja import Schema
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+
+TRACE_ID_PATTERN = r"^[0-9a-fA-F]{32}$"
+SPAN_ID_PATTERN = r"^[0-9a-fA-F]{16}$"
+ERROR_KIND_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+RAN_ON_PATTERN = r"^(builtin|remote|mcp:[A-Za-z0-9_.\-]{1,100})$"
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"  # one line of printable text
+MAX_LATENCY_MS = 7 * 24 * 3600 * 1000.0
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def _hex_id(value: str, what: str) -> str:
+    value = value.lower()
+    if set(value) == {"0"}:
+        raise ValueError(f"{what} must not be all zeros (an invalid id in W3C trace context)")
+    return value
+
+
+class InvocationIn(Schema):
+    """One span reported by an agent: a tool call attempt, an LLM call or another step."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, allow_inf_nan=False)
+
+    trace_id: str = Field(pattern=TRACE_ID_PATTERN, description="32 hex characters")
+    span_id: str = Field(pattern=SPAN_ID_PATTERN, description="16 hex characters")
+    parent_span_id: str | None = Field(default=None, pattern=SPAN_ID_PATTERN)
+    kind: Literal["tool", "llm", "agent", "other"] = "tool"
+    tool_name: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
+    tool_call_id: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
+    chosen_by: Literal["llm", "planner", "workflow", "external"] | None = Field(
+        default=None, description="Who chose the tool; defaults to external for tool spans"
+    )
+    ran_on: str | None = Field(
+        default=None,
+        pattern=RAN_ON_PATTERN,
+        description="builtin, remote or mcp:<server>; defaults to remote for tool spans",
+    )
+    agent: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
+    session_id: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
+    request_text: str = Field(default="", description="The user's request, when known")
+    model: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
+    arguments: Any = None
+    result: Any = None
+    status: Literal["ok", "error"]
+    error_kind: str = Field(default="", pattern=rf"{ERROR_KIND_PATTERN}|^$")
+    error_message: str = ""
+    started_at: datetime
+    latency_ms: float = Field(ge=0, le=MAX_LATENCY_MS)
+    input_tokens: int = Field(default=0, ge=0, le=2**31 - 1)
+    output_tokens: int = Field(default=0, ge=0, le=2**31 - 1)
+    result_tokens: int = Field(default=0, ge=0, le=2**31 - 1)
+    cost_usd: float = Field(default=0.0, ge=0, le=1e6)
+    attempt: int = Field(default=1, ge=1, le=10_000)
+
+    @field_validator("trace_id")
+    @classmethod
+    def _trace_id(cls, value: str) -> str:
+        return _hex_id(value, "trace_id")
+
+    @field_validator("span_id", "parent_span_id")
+    @classmethod
+    def _span_id(cls, value: str | None) -> str | None:
+        return None if value is None else _hex_id(value, "span id")
+
+    @field_validator("started_at")
+    @classmethod
+    def _started_at(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("started_at needs a time zone, e.g. 2026-01-31T12:00:00Z")
+        if value < EARLIEST:
+            raise ValueError("started_at is before 2000-01-01: is it in seconds, not ms?")
+        skew = timedelta(seconds=settings.ARES_MAX_CLOCK_SKEW_SECONDS)
+        if value > timezone.now() + skew:
+            raise ValueError(f"started_at is more than {skew} in the future")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> InvocationIn:
+        if self.kind == "tool":
+            if not self.tool_name:
+                raise ValueError("tool_name is required when kind is 'tool'")
+            self.chosen_by = self.chosen_by or "external"
+            self.ran_on = self.ran_on or "remote"
+        if self.error_kind and self.status != "error":
+            raise ValueError("error_kind is set but status is 'ok'")
+        return self
+
+
+class FieldError(Schema):
+    field: str
+    reason: str
+
+
+class ItemOutcome(Schema):
+    index: int
+    status: Literal["accepted", "duplicate", "rejected"]
+    trace_id: str | None = None
+    span_id: str | None = None
+    errors: list[FieldError] = []
+
+
+class BatchOut(Schema):
+    accepted: int
+    duplicates: int
+    rejected: int
+    items: list[ItemOutcome]
+
+
+def field_errors(exc: ValidationError) -> list[FieldError]:
+    """Return pydantic's errors as field/reason pairs an agent developer can act on."""
+    errors = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "(item)"
+        reason = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            reason = "unknown field"
+        elif "input" in error and error["type"] not in ("missing",):
+            shown = repr(error["input"])
+            reason += f" (got {shown[:80] + '…' if len(shown) > 80 else shown})"
+        errors.append(FieldError(field=field, reason=reason))
+    return errors
+
+
+class TraceOut(Schema):
+    trace_id: str
+    agent: str
+    session_id: str
+    request_text: str
+    started_at: datetime
+    ended_at: datetime
+    duration_ms: float
+    status: str
+    span_count: int
+    tool_calls: int
+    llm_calls: int
+    failed_calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    tool_latency_ms: float
+
+
+class InvocationOut(Schema):
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    kind: str
+    tool_name: str
+    tool_call_id: str
+    chosen_by: str
+    ran_on: str
+    agent: str
+    model: str
+    arguments: Any
+    result: Any
+    status: str
+    error_kind: str
+    error_message: str
+    started_at: datetime
+    latency_ms: float
+    input_tokens: int
+    output_tokens: int
+    result_tokens: int
+    cost_usd: float
+    attempt: int
+
+
+class TraceDetailOut(TraceOut):
+    spans: list[InvocationOut]
+
+
+class ToolStatsOut(Schema):
+    tool_name: str
+    calls: int
+    failures: int
+    success_rate: float
+    p50_latency_ms: float | None
+    p95_latency_ms: float | None
+    input_tokens: int
+    output_tokens: int
+    result_tokens: int
+    cost_usd: float
+
+
+class ToolStatsWindowOut(Schema):
+    since: datetime
+    until: datetime
+    tools: list[ToolStatsOut]

@@ -1,0 +1,169 @@
+"""Recording spans: the one write path for in-process code and the ingest API alike."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import OperationalError, transaction
+from django.utils import timezone
+
+from traces_app.models import Invocation, add_to_trace_totals, insert_ignoring_conflicts
+from traces_app.redaction import bound_text, redact_text, safe_payload
+from traces_app.schemas import InvocationIn
+
+logger = logging.getLogger(__name__)
+
+ERROR_MESSAGE_MAX_BYTES = 4096
+T = TypeVar("T")
+
+# PostgreSQL's deadlock and serialization failures: the transaction can simply run again.
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}
+
+
+def new_trace_id() -> str:
+    """Return a random W3C trace id (32 hex characters)."""
+    return secrets.token_hex(16)
+
+
+def new_span_id() -> str:
+    """Return a random W3C span id (16 hex characters)."""
+    return secrets.token_hex(8)
+
+
+def record_invocation(**fields: Any) -> bool:
+    """Validate and store one span for in-process code; return False if it was a duplicate.
+
+    Raises pydantic.ValidationError when a field is wrong: in-process callers are our
+    own code, and a bad record is a bug to fix, not data to guess at.
+    """
+    return record_invocations([InvocationIn.model_validate(fields)])[0]
+
+
+def record_invocations(items: Sequence[InvocationIn]) -> list[bool]:
+    """Store validated spans and add them to their traces; return, per item, whether it was new.
+
+    Idempotent on (trace id, span id): the database decides, so a batch retried or sent
+    twice at once never stores a span twice or counts it twice in its trace's totals.
+    """
+    received_at = timezone.now()
+    first_of_key: dict[tuple[str, str], dict[str, Any]] = {}
+    for item in items:
+        first_of_key.setdefault((item.trace_id, item.span_id), invocation_row(item, received_at))
+    # Sorted rows make concurrent writers take row and index locks in one order.
+    rows = [first_of_key[key] for key in sorted(first_of_key)]
+    inserted = _run_retrying(lambda: _store(rows))
+    seen: set[tuple[str, str]] = set()
+    outcomes = []
+    for item in items:
+        key = (item.trace_id, item.span_id)
+        outcomes.append(key in inserted and key not in seen)
+        seen.add(key)
+    return outcomes
+
+
+def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:
+    """Return the database row for a validated span: payloads redacted and bounded."""
+    limit = settings.ARES_PAYLOAD_MAX_BYTES
+    return {
+        "trace_id": item.trace_id,
+        "span_id": item.span_id,
+        "parent_span_id": item.parent_span_id or "",
+        "kind": item.kind,
+        "tool_name": item.tool_name,
+        "tool_call_id": item.tool_call_id,
+        "chosen_by": item.chosen_by or "",
+        "ran_on": item.ran_on or "",
+        "agent": item.agent,
+        "model": item.model,
+        "arguments": safe_payload(item.arguments, limit),
+        "result": safe_payload(item.result, limit),
+        "status": item.status,
+        "error_kind": item.error_kind,
+        "error_message": bound_text(redact_text(item.error_message), ERROR_MESSAGE_MAX_BYTES),
+        "started_at": item.started_at,
+        "latency_ms": item.latency_ms,
+        "input_tokens": item.input_tokens,
+        "output_tokens": item.output_tokens,
+        "result_tokens": item.result_tokens,
+        "cost_usd": item.cost_usd,
+        "attempt": item.attempt,
+        "received_at": received_at,
+        # Not an Invocation column: carried to the trace, popped before the insert.
+        "_request_text": item.request_text,
+        "_session_id": item.session_id,
+    }
+
+
+def _store(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """Insert the rows and update their traces in one transaction; return the new keys."""
+    columns = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
+    with transaction.atomic():
+        inserted = set(
+            insert_ignoring_conflicts(
+                Invocation, columns, ("trace", "span_id"), returning=("trace", "span_id")
+            )
+        )
+        new_rows = [row for row in rows if (row["trace_id"], row["span_id"]) in inserted]
+        add_to_trace_totals(trace_deltas(new_rows))
+    return inserted
+
+
+def trace_deltas(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return, per trace, what new spans add to it: counts, tokens, cost, time range."""
+    deltas: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        ended_at = row["started_at"] + timedelta(milliseconds=row["latency_ms"])
+        delta = deltas.get(row["trace_id"])
+        if delta is None:
+            delta = deltas[row["trace_id"]] = {
+                "trace_id": row["trace_id"],
+                "agent": "",
+                "session_id": "",
+                "request_text": "",
+                "started_at": row["started_at"],
+                "ended_at": ended_at,
+                "span_count": 0,
+                "tool_calls": 0,
+                "llm_calls": 0,
+                "failed_calls": 0,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cost_usd": 0.0,
+                "tool_latency_ms": 0.0,
+            }
+        delta["agent"] = delta["agent"] or row["agent"]
+        delta["session_id"] = delta["session_id"] or row["_session_id"]
+        if not delta["request_text"] and row["_request_text"]:
+            delta["request_text"] = bound_text(
+                redact_text(row["_request_text"]), settings.ARES_PAYLOAD_MAX_BYTES
+            )
+        delta["started_at"] = min(delta["started_at"], row["started_at"])
+        delta["ended_at"] = max(delta["ended_at"], ended_at)
+        delta["span_count"] += 1
+        delta["tool_calls"] += row["kind"] == "tool"
+        delta["llm_calls"] += row["kind"] == "llm"
+        delta["failed_calls"] += row["status"] == "error"
+        delta["input_tokens"] += row["input_tokens"]
+        delta["output_tokens"] += row["output_tokens"]
+        delta["cost_usd"] += row["cost_usd"]
+        if row["kind"] == "tool":
+            delta["tool_latency_ms"] += row["latency_ms"]
+    return list(deltas.values())
+
+
+def _run_retrying(operation: Callable[[], T], attempts: int = 3) -> T:
+    """Run a transaction, running it again after a deadlock or serialization failure."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return operation()
+        except OperationalError as exc:
+            sqlstate = getattr(exc.__cause__, "sqlstate", None)
+            if sqlstate not in _RETRYABLE_SQLSTATES or attempt == attempts:
+                raise
+            logger.warning("retrying ingest transaction after %s (attempt %d)", sqlstate, attempt)
+    raise AssertionError("unreachable")
