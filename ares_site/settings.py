@@ -38,6 +38,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -110,6 +111,15 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# WhiteNoise serves static files in production (gunicorn); runserver serves them in DEBUG.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedStaticFilesStorage"
+    },
+}
 
 LOGIN_URL = "admin:login"
 
@@ -131,10 +141,14 @@ ARES_MAX_CLOCK_SKEW_SECONDS = env_int("ARES_MAX_CLOCK_SKEW_SECONDS", 3600, minim
 ARES_PAYLOAD_MAX_BYTES = env_int("ARES_PAYLOAD_MAX_BYTES", 16 * 1024, minimum=256)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ARES_INGEST_MAX_BODY_BYTES
 
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(f"LOG_LEVEL={LOG_LEVEL!r} must be DEBUG, INFO, WARNING or ERROR")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO").upper()},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -1,0 +1,69 @@
+"""A real headless Chromium (Debian's package), driven by Playwright."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM calls made by the
+# test itself are still plain synchronous code.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str | None:
+    return os.environ.get("ARES_CHROMIUM") or shutil.which("chromium")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Yield a headless Chromium; skipped on a machine without it, required in CI."""
+    executable = chromium_path()
+    if executable is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium for the browser tests")
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_FLAGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """Yield a fresh page that records every URL it requested."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.requested_urls = []
+    page.on("request", lambda request: page.requested_urls.append(request.url))
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def staff_page(page: Any, live_server: Any, django_user_model: Any) -> Any:
+    """Return a page logged in to the admin as a superuser."""
+    django_user_model.objects.create_superuser("operator", "", "operator-pass-123")
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "operator-pass-123")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server.url}/admin/")
+    return page
