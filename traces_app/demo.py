@@ -97,7 +97,7 @@ def _demo_trace(rng: random.Random, start: datetime) -> list[dict]:
     clock += timedelta(milliseconds=spans[-1]["latency_ms"])
     for _ in range(rng.randint(1, 4)):
         tool = rng.choice(list(TOOLS))
-        repeats = 4 if rng.random() < 0.02 else 1  # now and then a failure spiral
+        repeats = 4 if rng.random() < 0.005 else 1  # now and then a failure spiral
         for attempt in range(1, repeats + 1):
             span = _tool_span(rng, common, clock, tool, attempt, force_error=repeats > 1)
             spans.append(span)
