@@ -34,17 +34,28 @@ def read_json_body(request: HttpRequest) -> Any:
 
 
 def gunzip_bounded(raw: bytes, limit: int) -> bytes:
-    """Return gzip data decompressed, refusing more than `limit` bytes (gzip bombs)."""
-    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        data = decompressor.decompress(raw, limit + 1)
-    except zlib.error as exc:
-        raise HttpError(400, f"body is not valid gzip: {exc}") from None
-    if len(data) > limit:
-        raise HttpError(413, f"decompressed body is larger than {limit} bytes")
-    if not decompressor.eof:
-        raise HttpError(400, "gzip body is truncated")
-    return data
+    """Return gzip data decompressed, refusing more than `limit` bytes (gzip bombs).
+
+    A gzip file may hold several members one after another (RFC 1952, `cat a.gz b.gz`);
+    they are decompressed in turn, as gunzip does.
+    """
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            data = decompressor.decompress(raw, limit - size + 1)
+        except zlib.error as exc:
+            raise HttpError(400, f"body is not valid gzip: {exc}") from None
+        size += len(data)
+        if size > limit:
+            raise HttpError(413, f"decompressed body is larger than {limit} bytes")
+        if not decompressor.eof:
+            raise HttpError(400, "gzip body is truncated")
+        parts.append(data)
+        raw = decompressor.unused_data
+        if not raw:
+            return b"".join(parts)
 
 
 def _refuse_constant(name: str) -> None:
