@@ -64,4 +64,6 @@ def on_database_unavailable(request: HttpRequest, exc: Exception) -> HttpRespons
 @api.exception_handler(Exception)
 def on_unexpected_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("unhandled error in %s %s", request.method, request.path)
-    return api.create_response(request, {"detail": "internal error; it has been logged"}, status=500)
+    return api.create_response(
+        request, {"detail": "internal error; it has been logged"}, status=500
+    )

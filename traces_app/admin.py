@@ -52,7 +52,8 @@ class InvocationInline(admin.TabularInline):
 @admin.register(Trace)
 class TraceAdmin(ReadOnlyAdmin):
     list_display = ["trace_id", "started_at", "agent", "short_request", "status", "tool_calls",
-                    "failed_calls", "llm_calls", "input_tokens", "output_tokens", "cost_usd"]  # fmt: skip
+                    "failed_calls", "llm_calls", "input_tokens", "output_tokens",
+                    "cost_usd"]  # fmt: skip
     list_filter = ["status", "started_at"]
     search_fields = ["=trace_id", "agent", "session_id", "request_text"]
     date_hierarchy = "started_at"
@@ -148,7 +149,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
         messages.warning(
             request,
             format_html(
-                "Key created. Copy it now, it will not be shown again: <code id=\"new-api-key\">{}</code>",
+                "Key created. Copy it now, it will not be shown again: "
+                '<code id="new-api-key">{}</code>',
                 raw_key,
             ),
         )

@@ -12,10 +12,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--invocations", type=int, default=2000, help="Spans to record")
-        parser.add_argument("--seed", type=int, default=0, help="Random seed (same seed, same data)")
+        parser.add_argument(
+            "--seed", type=int, default=0, help="Random seed (same seed, same data)"
+        )
         parser.add_argument("--batch", type=int, default=1000, help="Spans per transaction")
 
-    def handle(self, *args: object, invocations: int, seed: int, batch: int, **opts: object) -> None:
+    def handle(
+        self, *args: object, invocations: int, seed: int, batch: int, **opts: object
+    ) -> None:
         spans = [InvocationIn.model_validate(span) for span in demo_spans(invocations, seed=seed)]
         stored = 0
         for start in range(0, len(spans), batch):
