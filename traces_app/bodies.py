@@ -12,6 +12,10 @@ from django.http import HttpRequest
 from ninja.errors import HttpError
 from ninja.parser import Parser
 
+# Deeper documents are refused: payloads are walked recursively (redaction, JSON
+# encoding, the database's own parser), and nothing an agent reports nests this deep.
+MAX_JSON_DEPTH = 100
+
 
 def read_json_body(request: HttpRequest) -> Any:
     """Return the request's JSON body, or raise HttpError 400/413/415 saying what is wrong."""
@@ -72,14 +76,33 @@ def parse_json(raw: bytes) -> Any:
         ) from None
     if not text.strip():
         raise HttpError(400, "request body is empty: send a JSON document")
+    too_deep = f"invalid JSON: nested deeper than {MAX_JSON_DEPTH} levels"
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        document = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise HttpError(
             400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise HttpError(400, too_deep) from None
+    except ValueError as exc:
         raise HttpError(400, f"invalid JSON: {exc}") from None
+    if nesting_exceeds(document, MAX_JSON_DEPTH):
+        raise HttpError(400, too_deep)
+    return document
+
+
+def nesting_exceeds(document: Any, limit: int) -> bool:
+    """Return whether arrays and objects in the document nest more than `limit` deep."""
+    stack = [(document, 1)] if isinstance(document, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
 
 
 class JsonBodyParser(Parser):

@@ -8,7 +8,16 @@ from typing import Any, Literal
 from django.conf import settings
 from django.utils import timezone
 from ninja import Schema
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from traces_app.redaction import storable_text
 
 TRACE_ID_PATTERN = r"^[0-9a-fA-F]{32}$"
 SPAN_ID_PATTERN = r"^[0-9a-fA-F]{16}$"
@@ -35,7 +44,7 @@ class InvocationIn(Schema):
     span_id: str = Field(pattern=SPAN_ID_PATTERN, description="16 hex characters")
     parent_span_id: str | None = Field(default=None, pattern=SPAN_ID_PATTERN)
     kind: Literal["tool", "llm", "agent", "other"] = "tool"
-    tool_name: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
+    tool_name: str = Field(default="", max_length=200, pattern=NAME_PATTERN, validate_default=True)
     tool_call_id: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
     chosen_by: Literal["llm", "planner", "workflow", "external"] | None = Field(
         default=None, description="Who chose the tool; defaults to external for tool spans"
@@ -52,7 +61,7 @@ class InvocationIn(Schema):
     arguments: Any = None
     result: Any = None
     status: Literal["ok", "error"]
-    error_kind: str = Field(default="", pattern=rf"{ERROR_KIND_PATTERN}|^$")
+    error_kind: str = Field(default="", pattern=rf"{ERROR_KIND_PATTERN}|^$", validate_default=True)
     error_message: str = ""
     started_at: datetime
     latency_ms: float = Field(ge=0, le=MAX_LATENCY_MS)
@@ -84,15 +93,32 @@ class InvocationIn(Schema):
             raise ValueError(f"started_at is more than {skew} in the future")
         return value
 
+    @field_validator("error_message", "request_text", mode="before")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        # Free text is kept even when a client's JSON carries lone surrogates (\ud800),
+        # which pydantic refuses as str: they become U+FFFD, as NUL does on storing.
+        return storable_text(value) if isinstance(value, str) else value
+
+    @field_validator("tool_name")
+    @classmethod
+    def _tool_name(cls, value: str, info: ValidationInfo) -> str:
+        if not value and info.data.get("kind") == "tool":
+            raise ValueError("tool_name is required when kind is 'tool'")
+        return value
+
+    @field_validator("error_kind")
+    @classmethod
+    def _error_kind(cls, value: str, info: ValidationInfo) -> str:
+        if value and info.data.get("status") == "ok":
+            raise ValueError("error_kind is set but status is 'ok'")
+        return value
+
     @model_validator(mode="after")
-    def _consistent(self) -> InvocationIn:
+    def _defaults(self) -> InvocationIn:
         if self.kind == "tool":
-            if not self.tool_name:
-                raise ValueError("tool_name is required when kind is 'tool'")
             self.chosen_by = self.chosen_by or "external"
             self.ran_on = self.ran_on or "remote"
-        if self.error_kind and self.status != "error":
-            raise ValueError("error_kind is set but status is 'ok'")
         return self
 
 
