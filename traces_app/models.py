@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
@@ -147,7 +148,9 @@ class Invocation(models.Model):
     tool_name = models.CharField(max_length=200, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True)
     chosen_by = models.CharField(max_length=16, choices=ChosenBy.choices, blank=True)
-    ran_on = models.CharField(max_length=120, blank=True, help_text="builtin, remote or mcp:<server>")
+    ran_on = models.CharField(
+        max_length=120, blank=True, help_text="builtin, remote or mcp:<server>"
+    )
     agent = models.CharField(max_length=200, blank=True)
     model = models.CharField(max_length=200, blank=True)
     arguments = models.JSONField(null=True, blank=True)
@@ -171,7 +174,9 @@ class Invocation(models.Model):
     class Meta:
         ordering = ["started_at"]
         constraints = [
-            models.UniqueConstraint(fields=["trace", "span_id"], name="invocation_trace_span_unique")
+            models.UniqueConstraint(
+                fields=["trace", "span_id"], name="invocation_trace_span_unique"
+            )
         ]
         indexes = [
             models.Index(fields=["tool_name", "started_at"], name="inv_tool_started"),
@@ -199,36 +204,68 @@ def insert_ignoring_conflicts(
     Django's bulk_create(ignore_conflicts=True) cannot say which rows it inserted, and
     the ingest API must report accepted vs duplicate exactly, even when two clients send
     the same span at once. `ON CONFLICT DO NOTHING RETURNING` (SQLite 3.35+, PostgreSQL)
-    lets the database decide.
+    lets the database decide. Values must be JSON-ready, except datetimes.
     """
     if not rows:
         return []
     meta = model._meta
-    keys = list(rows[0])
-    fields = [meta.get_field(key) for key in keys]
+    fields = {key: meta.get_field(key) for key in rows[0]}
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
+    columns = ", ".join(quote(field.column) for field in fields.values())
     conflict = ", ".join(quote(meta.get_field(name).column) for name in conflict_fields)
     returned = ", ".join(quote(meta.get_field(name).column) for name in returning)
-    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    batch_size = connection.ops.bulk_batch_size(fields, rows) or len(rows)
-    inserted: list[tuple] = []
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) {rows_from_json(fields.values())} "
+        f"ORDER BY {conflict} ON CONFLICT ({conflict}) DO NOTHING RETURNING {returned}"
+    )
     with connection.cursor() as cursor:
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start : start + batch_size]
-            params = [
-                field.get_db_prep_save(row[key], connection)
-                for row in chunk
-                for key, field in zip(keys, fields, strict=True)
-            ]
-            cursor.execute(
-                f"INSERT INTO {quote(meta.db_table)} ({columns}) "
-                f"VALUES {', '.join([row_sql] * len(chunk))} "
-                f"ON CONFLICT ({conflict}) DO NOTHING RETURNING {returned}",
-                params,
-            )
-            inserted.extend(cursor.fetchall())
-    return inserted
+        cursor.execute(sql, [rows_as_json(rows, fields)])
+        return cursor.fetchall()
+
+
+def rows_from_json(fields: Iterable[models.Field]) -> str:
+    """Return a SELECT of `fields` from rows sent as one JSON array parameter (see rows_as_json).
+
+    One parameter instead of one per value keeps the SQL short and constant: with a
+    placeholder per value, parsing a 1000-span batch's SQL (23,000 of them) in psycopg
+    and the database cost more than storing the spans.
+    """
+    quote = connection.ops.quote_name
+    if connection.vendor == "postgresql":
+        types = ", ".join(f"{quote(field.column)} {field.db_type(connection)}" for field in fields)
+        return f"SELECT * FROM jsonb_to_recordset(%s::jsonb) AS x({types}) WHERE true"
+    values = []
+    for field in fields:
+        if isinstance(field, models.JSONField):
+            # -> keeps JSON as JSON text; Django stores None as SQL NULL, not 'null'.
+            value = f"NULLIF(value -> '$.{field.column}', 'null')"
+        else:
+            value = f"value ->> '$.{field.column}'"
+        values.append(f"{value} AS {quote(field.column)}")
+    # WHERE true: SQLite cannot otherwise tell ON CONFLICT from a join's ON.
+    return f"SELECT {', '.join(values)} FROM json_each(%s) WHERE true"
+
+
+def rows_as_json(rows: Sequence[dict[str, Any]], fields: dict[str, models.Field]) -> str:
+    """Return rows, dicts keyed as `fields` is, as the JSON array rows_from_json reads.
+
+    Datetimes go through their field, as Django saves them; every other value must
+    already be what JSON and the column hold (str, int, float, None, JSON payloads).
+    """
+    datetimes = [
+        (key, field) for key, field in fields.items() if isinstance(field, models.DateTimeField)
+    ]
+    renamed = [(key, field.column) for key, field in fields.items() if key != field.column]
+    ready = []
+    for row in rows:
+        row = dict(row)
+        for key, field in datetimes:
+            value = field.get_db_prep_save(row[key], connection)
+            row[key] = value.isoformat() if isinstance(value, datetime) else value
+        for key, column in renamed:
+            row[column] = row.pop(key)
+        ready.append(row)
+    return json.dumps(ready, separators=(",", ":"))
 
 
 def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> None:
@@ -248,12 +285,16 @@ def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> None:
         "status", "span_count", "tool_calls", "llm_calls", "failed_calls", "input_tokens",
         "output_tokens", "cost_usd", "tool_latency_ms", "created_at", "updated_at",
     ]  # fmt: skip
-    fields = [Trace._meta.get_field(name) for name in columns]
-    params: list[Any] = []
-    for row in rows:
-        row = {**row, "status": "error" if row["failed_calls"] else "ok"}
-        row.update(created_at=now, updated_at=now)
-        params.extend(field.get_db_prep_save(row[field.name], connection) for field in fields)
+    fields = {name: Trace._meta.get_field(name) for name in columns}
+    rows = [
+        {
+            **row,
+            "status": "error" if row["failed_calls"] else "ok",
+            "created_at": now,
+            "updated_at": now,
+        }
+        for row in rows
+    ]
     fill_blank = [
         f"{name} = CASE WHEN {table}.{name} = '' THEN excluded.{name} ELSE {table}.{name} END"
         for name in ("agent", "session_id", "request_text")
@@ -274,13 +315,13 @@ def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> None:
         "THEN 'error' ELSE 'ok' END",
         "updated_at = excluded.updated_at",
     ]
-    row_sql = "(" + ", ".join(["%s"] * len(columns)) + ")"
     sql = (
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row_sql] * len(rows))} "
-        f"ON CONFLICT (trace_id) DO UPDATE SET {', '.join(fill_blank + add + widen)}"
+        f"INSERT INTO {table} ({', '.join(columns)}) {rows_from_json(fields.values())} "
+        f"ORDER BY trace_id ON CONFLICT (trace_id) DO UPDATE SET "
+        f"{', '.join(fill_blank + add + widen)}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, [rows_as_json(rows, fields)])
 
 
 SCOPES = {
@@ -304,9 +345,7 @@ def hash_api_key(raw_key: str) -> str:
 
 
 class ApiKeyManager(models.Manager):
-    def issue(
-        self, name: str, scopes: Sequence[str], created_by: Any = None
-    ) -> tuple[ApiKey, str]:
+    def issue(self, name: str, scopes: Sequence[str], created_by: Any = None) -> tuple[ApiKey, str]:
         """Create a key and return it with its raw value, which is never stored."""
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown:
@@ -328,7 +367,9 @@ class ApiKey(models.Model):
     """A hashed, scoped, revocable key for agents calling the REST API."""
 
     name = models.CharField(max_length=200)
-    prefix = models.CharField(max_length=12, help_text="The key's first characters, to tell keys apart")
+    prefix = models.CharField(
+        max_length=12, help_text="The key's first characters, to tell keys apart"
+    )
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     scopes = models.JSONField(default=list)
     created_by = models.ForeignKey(
