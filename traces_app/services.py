@@ -51,12 +51,13 @@ def record_invocations(items: Sequence[InvocationIn]) -> list[bool]:
     twice at once never stores a span twice or counts it twice in its trace's totals.
     """
     received_at = timezone.now()
-    first_of_key: dict[tuple[str, str], dict[str, Any]] = {}
+    first_of_key: dict[tuple[str, str], InvocationIn] = {}
     for item in items:
-        first_of_key.setdefault((item.trace_id, item.span_id), invocation_row(item, received_at))
+        first_of_key.setdefault((item.trace_id, item.span_id), item)
     # Sorted rows make concurrent writers take row and index locks in one order.
-    rows = [first_of_key[key] for key in sorted(first_of_key)]
-    inserted = _run_retrying(lambda: _store(rows))
+    spans = [first_of_key[key] for key in sorted(first_of_key)]
+    rows = [invocation_row(span, received_at) for span in spans]
+    inserted = _run_retrying(lambda: _store(spans, rows))
     seen: set[tuple[str, str]] = set()
     outcomes = []
     for item in items:
@@ -93,31 +94,32 @@ def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:
         "cost_usd": item.cost_usd,
         "attempt": item.attempt,
         "received_at": received_at,
-        # Not an Invocation column: carried to the trace, popped before the insert.
-        "_request_text": item.request_text,
-        "_session_id": item.session_id,
     }
 
 
-def _store(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """Insert the rows and update their traces in one transaction; return the new keys."""
-    columns = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
+def _store(spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
+    """Insert the spans' rows and update their traces in one transaction; return the new keys."""
     with transaction.atomic():
         inserted = set(
             insert_ignoring_conflicts(
-                Invocation, columns, ("trace", "span_id"), returning=("trace", "span_id")
+                Invocation, rows, ("trace", "span_id"), returning=("trace", "span_id")
             )
         )
-        new_rows = [row for row in rows if (row["trace_id"], row["span_id"]) in inserted]
-        add_to_trace_totals(trace_deltas(new_rows))
+        new = [
+            (span, row)
+            for span, row in zip(spans, rows, strict=True)
+            if (span.trace_id, span.span_id) in inserted
+        ]
+        add_to_trace_totals(trace_deltas(new))
     return inserted
 
 
-def trace_deltas(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return, per trace, what new spans add to it: counts, tokens, cost, time range."""
+def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Return, per trace, what new spans (with their rows) add: counts, tokens, time range."""
     deltas: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        ended_at = row["started_at"] + timedelta(milliseconds=row["latency_ms"])
+    for span, row in spans:
+        started_at = row["started_at"]
+        ended_at = started_at + timedelta(milliseconds=row["latency_ms"])
         delta = deltas.get(row["trace_id"])
         if delta is None:
             delta = deltas[row["trace_id"]] = {
@@ -125,7 +127,7 @@ def trace_deltas(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "agent": "",
                 "session_id": "",
                 "request_text": "",
-                "started_at": row["started_at"],
+                "started_at": started_at,
                 "ended_at": ended_at,
                 "span_count": 0,
                 "tool_calls": 0,
@@ -137,21 +139,22 @@ def trace_deltas(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "tool_latency_ms": 0.0,
             }
         delta["agent"] = delta["agent"] or row["agent"]
-        delta["session_id"] = delta["session_id"] or row["_session_id"]
-        if not delta["request_text"] and row["_request_text"]:
+        delta["session_id"] = delta["session_id"] or span.session_id
+        if not delta["request_text"] and span.request_text:
             delta["request_text"] = bound_text(
-                redact_text(row["_request_text"]), settings.ARES_PAYLOAD_MAX_BYTES
+                redact_text(span.request_text), settings.ARES_PAYLOAD_MAX_BYTES
             )
-        delta["started_at"] = min(delta["started_at"], row["started_at"])
+        delta["started_at"] = min(delta["started_at"], started_at)
         delta["ended_at"] = max(delta["ended_at"], ended_at)
         delta["span_count"] += 1
-        delta["tool_calls"] += row["kind"] == "tool"
+        is_tool = row["kind"] == "tool"
+        delta["tool_calls"] += is_tool
         delta["llm_calls"] += row["kind"] == "llm"
         delta["failed_calls"] += row["status"] == "error"
         delta["input_tokens"] += row["input_tokens"]
         delta["output_tokens"] += row["output_tokens"]
         delta["cost_usd"] += row["cost_usd"]
-        if row["kind"] == "tool":
+        if is_tool:
             delta["tool_latency_ms"] += row["latency_ms"]
     return list(deltas.values())
 
