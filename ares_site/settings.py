@@ -1,5 +1,6 @@
 """Settings for ARES Console, every value from the environment with a working local default."""
 
+import sqlite3
 from pathlib import Path
 
 import dj_database_url
@@ -74,6 +75,12 @@ def _database_config(url: str) -> dict:
         raise ImproperlyConfigured(f"DATABASE_URL={url!r} cannot be used: {exc}") from None
     engine = config["ENGINE"]
     if engine == "django.db.backends.sqlite3":
+        if sqlite3.sqlite_version_info < (3, 38):
+            # Batch ingest reads rows with json_each and ->> and uses RETURNING (3.35+).
+            raise ImproperlyConfigured(
+                f"DATABASE_URL is SQLite, but this Python's SQLite is {sqlite3.sqlite_version}; "
+                "3.38 or newer is needed (or use PostgreSQL)"
+            )
         # WAL lets readers run beside the writer; IMMEDIATE takes the write lock at BEGIN
         # so concurrent writers queue on `timeout` instead of failing mid-transaction.
         config["OPTIONS"] = {
@@ -94,6 +101,7 @@ def _database_config(url: str) -> dict:
 
 
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+(VAR_DIR / "staticfiles").mkdir(exist_ok=True)  # WhiteNoise warns on every start when absent
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ares.sqlite3'}")
 DATABASES = {"default": _database_config(DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
