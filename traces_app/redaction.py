@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -10,25 +11,40 @@ REDACTED = "[REDACTED]"
 TRUNCATED_KEY = "__truncated__"
 
 # Keys whose values are secrets, matched anywhere in the key, case-insensitive.
-_SECRET_KEY = re.compile(
-    r"passw(or)?d|passwd|pwd|secret|api[-_]?key|access[-_]?key|private[-_]?key|token"
-    r"|authorization|cookie|credential|session[-_]?id",
-    re.IGNORECASE,
+_SECRET_WORDS = (
+    r"passw(?:or)?d|passwd|pwd|secret|api[-_]?key|access[-_]?key|private[-_]?key|token"
+    r"|authorization|cookie|credential|session[-_]?id"
 )
+_SECRET_KEY = re.compile(_SECRET_WORDS, re.IGNORECASE)
 # ...except keys that only count tokens, which LLM payloads are full of.
 _TOKEN_COUNT_KEY = re.compile(r"tokens$|tokens?[-_]?(count|used|limit)$", re.IGNORECASE)
 
 # Values that are secrets wherever they appear, whatever their key.
 _SECRET_VALUES = [
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
     (re.compile(r"\bares_[A-Za-z0-9_-]{20,}"), REDACTED),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1" + REDACTED + "@"),
+    (re.compile(r"(://[^/\s:@]*:)[^/\s@]+@"), r"\1" + REDACTED + "@"),
 ]
+# HTTP credentials: "Bearer <token>" and "Basic <base64 of user:password>".
+_AUTH_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{8,})")
+# `password=hunter2`, `"api_key": "abc"`: a key and its value inside text (error
+# messages, query strings, JSON too broken to parse). The lookbehind starts a key only
+# at a word's first character and the value is only looked at, not consumed, so a long
+# word is scanned once and "failed: password=x" still finds the second key. Bare values
+# stop at ":" and "=", so that "k=k=k=..." is read in linear time.
+_KEY_VALUE = re.compile(
+    r"(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]+)"  # the key
+    r"(\\?[\"']?\s*[:=]\s*)"  # `=`, `: `, `": ` or `\": `
+    r"(?=(\"[^\"\n]*(?:\"|(?=\n)|\Z)"  # the value: double-quoted, to the quote or line end,
+    r"|'[^'\n]*(?:'|(?=\n)|\Z)"  # single-quoted,
+    r"|\\\"[^\"\\\n]*(?:\\\"|(?=\n)|\Z)"  # quoted inside JSON text,
+    r"|[^\s\"'\\,;&}\]:=]+))"  # or bare
+)
+_AUTH_SCHEMES = {"bearer", "basic", "token"}
 
 
 def is_secret_key(key: str) -> bool:
@@ -53,9 +69,48 @@ def storable_text(text: str) -> str:
 def redact_text(text: str) -> str:
     """Return text with secret-looking values (bearer tokens, API keys, JWTs) replaced."""
     text = storable_text(text)
+    text = _AUTH_CREDENTIAL.sub(_redact_credential, text)
     for pattern, replacement in _SECRET_VALUES:
         text = pattern.sub(replacement, text)
+    if (":" in text or "=" in text) and _SECRET_KEY.search(text):
+        text = _redact_key_values(text)
     return text
+
+
+def _redact_credential(match: re.Match[str]) -> str:
+    scheme, space, value = match.groups()
+    if _looks_like_credential(scheme.lower(), value):
+        return f"{scheme}{space}{REDACTED}"
+    return match.group()
+
+
+def _looks_like_credential(scheme: str, value: str) -> bool:
+    """Tell a credential from prose: 'Bearer 9f8e7d6c', not 'a basic question'."""
+    if scheme == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return ":" in decoded and decoded.isprintable()
+    return len(value) >= 24 or any(char.isdigit() for char in value)
+
+
+def _redact_key_values(text: str) -> str:
+    """Return text with the values of secret-named keys (`password=...`) replaced."""
+    pieces: list[str] = []
+    done = 0
+    for match in _KEY_VALUE.finditer(text):
+        key, value = match.group(1), match.group(3)
+        if match.start(3) < done or not is_secret_key(key):
+            continue
+        opening = value[: len(value) - len(value.lstrip("\\\"'"))]
+        closing = opening if len(value) > len(opening) and value.endswith(opening) else ""
+        inner = value[len(opening) : len(value) - len(closing)]
+        if not inner or inner.startswith("[") or inner.lower() in _AUTH_SCHEMES:
+            continue  # empty, already redacted, or "Authorization: Bearer [REDACTED]"
+        pieces += [text[done : match.start(3)], opening, REDACTED, closing]
+        done = match.end(3)
+    return "".join([*pieces, text[done:]]) if pieces else text
 
 
 def redact(value: Any) -> Any:
@@ -85,8 +140,8 @@ def bound_text(text: str, max_bytes: int) -> str:
     size = len(text.encode())
     if size <= max_bytes:
         return text
-    marker = f"…[truncated {size - max_bytes} of {size} bytes]"
-    return cut_utf8(text, max_bytes) + marker
+    kept = cut_utf8(text, max_bytes)
+    return kept + f"…[truncated {size - len(kept.encode())} of {size} bytes]"
 
 
 def bound_json(value: Any, max_bytes: int) -> Any:
