@@ -18,6 +18,8 @@ class ApiKeyAuth(HttpBearer):
         super().__init__()
 
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey:
+        if not token.strip():
+            raise AuthenticationError(message="no key after 'Bearer': send 'Bearer ares_...'")
         key = ApiKey.objects.find_active(token.strip())
         if key is None:
             raise AuthenticationError(message="API key is invalid, expired or revoked")
