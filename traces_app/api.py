@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -210,7 +211,7 @@ def paginate_by_start(queryset: QuerySet, page: PageQuery) -> tuple[list[Any], s
     """
     queryset = queryset.order_by("-started_at", "-pk")
     if page.cursor:
-        started_at, pk = _decode_cursor(page.cursor)
+        started_at, pk = _decode_cursor(page.cursor, queryset.model)
         queryset = queryset.filter(
             Q(started_at__lt=started_at) | Q(started_at=started_at, pk__lt=pk)
         )
@@ -227,11 +228,12 @@ def _aware(moment: datetime) -> datetime:
     return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+def _decode_cursor(cursor: str, model: type[Model]) -> tuple[datetime, Any]:
+    """Return the (started_at, pk) a cursor points after, or raise 422 for a forged one."""
     try:
         started_at, pk = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
-        return datetime.fromisoformat(started_at), pk
-    except (ValueError, binascii.Error, UnicodeError):
+        return _aware(datetime.fromisoformat(started_at)), model._meta.pk.to_python(pk)
+    except (ValueError, binascii.Error, UnicodeError, DjangoValidationError):
         raise HttpError(422, "cursor is not one this API returned") from None
 
 
