@@ -159,9 +159,9 @@ def _coerce(value: Any, expected: str | list[str]) -> tuple[bool, Any]:
                 return True, int(number) if number.is_integer() and "." not in text else number
         if "boolean" in wanted and text in ("true", "false"):
             return True, text == "true"
-    if isinstance(value, float) and "integer" in wanted and value.is_integer():
-        if abs(value) < 2**53:
-            return True, int(value)
+    whole = isinstance(value, float) and value.is_integer() and abs(value) < 2**53
+    if whole and "integer" in wanted:
+        return True, int(value)
     return False, value
 
 
