@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
 
+from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
 from traces_app.bodies import JsonBodyParser
 
@@ -26,6 +27,7 @@ api = NinjaAPI(
     urls_namespace="api-v1",
 )
 api.add_router("/", traces_router)
+api.add_router("/", tools_router)
 
 
 @api.exception_handler(AuthenticationError)
