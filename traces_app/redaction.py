@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from typing import Any
@@ -47,6 +48,25 @@ _KEY_VALUE = re.compile(
 _AUTH_SCHEMES = {"bearer", "basic", "token"}
 
 
+def _any_of(patterns: list[re.Pattern[str]]) -> re.Pattern[str]:
+    """Return one pattern that matches wherever one of `patterns` would."""
+    branches = []
+    for pattern in patterns:
+        source = pattern.pattern.removeprefix("(?i)")
+        if pattern.flags & ~(re.IGNORECASE | re.UNICODE) or re.search(r"\\[1-9]|\(\?P=", source):
+            raise ValueError(f"cannot combine {pattern.pattern!r}: flags or backreferences")
+        branches.append(f"(?i:{source})" if pattern.flags & re.IGNORECASE else f"(?:{source})")
+    return re.compile("|".join(branches))
+
+
+# Most text holds no secret: one search tells, instead of a substitution per pattern.
+_ANY_SECRET_VALUE = _any_of([_AUTH_CREDENTIAL, *(pattern for pattern, _ in _SECRET_VALUES)])
+_PRECHECK_MAX_CHARS = 200
+# Built once: json.dumps with options makes a new encoder per call.
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+@functools.lru_cache(maxsize=4096)  # payloads repeat their tools' few key names
 def is_secret_key(key: str) -> bool:
     """Return whether a mapping key names a secret (password, api_key, token...)."""
     return bool(_SECRET_KEY.search(key)) and not _TOKEN_COUNT_KEY.search(key)
@@ -69,9 +89,12 @@ def storable_text(text: str) -> str:
 def redact_text(text: str) -> str:
     """Return text with secret-looking values (bearer tokens, API keys, JWTs) replaced."""
     text = storable_text(text)
-    text = _AUTH_CREDENTIAL.sub(_redact_credential, text)
-    for pattern, replacement in _SECRET_VALUES:
-        text = pattern.sub(replacement, text)
+    # Long text goes straight to the substitutions, whose literal prefixes scan it
+    # faster than the combined search can.
+    if len(text) > _PRECHECK_MAX_CHARS or _ANY_SECRET_VALUE.search(text):
+        text = _AUTH_CREDENTIAL.sub(_redact_credential, text)
+        for pattern, replacement in _SECRET_VALUES:
+            text = pattern.sub(replacement, text)
     if (":" in text or "=" in text) and _SECRET_KEY.search(text):
         text = _redact_key_values(text)
     return text
@@ -155,7 +178,7 @@ def bound_json(value: Any, max_bytes: int) -> Any:
         return value
     if isinstance(value, str):
         return bound_text(value, max_bytes)
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = _COMPACT_JSON.encode(value)
     size = len(text.encode())
     if size <= max_bytes:
         return value
