@@ -192,8 +192,9 @@ class ToolEngine:
         spans: list[dict[str, Any]] = []
         try:
             spec = self.registry.get(call.name)
-        except UnknownToolError as exc:
-            return await self._fail_early(call, context, ErrorKind.NOT_FOUND, str(exc), started_at)
+        except UnknownToolError:
+            message = self._unknown_tool_message(call.name, context)
+            return await self._fail_early(call, context, ErrorKind.NOT_FOUND, message, started_at)
         refusal = self._refusal(spec, context)
         if refusal is not None:
             return await self._fail_early(call, context, *refusal, started_at, spec=spec)
@@ -224,6 +225,18 @@ class ToolEngine:
         )
         await self._record(spans)
         return result
+
+    def _unknown_tool_message(self, name: str, context: CallContext) -> str:
+        """Say the name is unknown and list what this caller may call instead."""
+        usable = [
+            spec.llm_name
+            for spec in self.registry.list()
+            if context.allowed_tools is None or spec.name in context.allowed_tools
+        ]
+        shown = ", ".join(usable[:30]) + (
+            f" and {len(usable) - 30} more" if len(usable) > 30 else ""
+        )
+        return f"no tool named {name!r}; available: {shown or 'none'}"
 
     def _refusal(self, spec: ToolSpec, context: CallContext) -> tuple[ErrorKind, str] | None:
         if not spec.enabled:
