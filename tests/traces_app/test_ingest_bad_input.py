@@ -330,6 +330,8 @@ BAD_ITEMS = [
     pytest.param({"tool_name": ["calc"]}, "tool_name", "valid string", id="tool_name a list"),
     pytest.param({"request_text": 42}, "request_text", "valid string", id="request_text int"),
     pytest.param({"colour": "blue"}, "colour", "unknown field", id="unknown item field"),
+    pytest.param({"a\ud800": 1}, "(item)", "unicode string", id="surrogate field name"),
+    pytest.param({"trace_id": "\ud800" * 32}, "trace_id", "unicode string", id="surrogate id"),
 ]
 
 
