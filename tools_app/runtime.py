@@ -46,11 +46,7 @@ def builtin_specs() -> list[ToolSpec]:
     return [
         ToolSpec(
             name="calculator",
-            description=(
-                "Evaluate a math expression exactly: + - * / % ^, parentheses, pi, e, sqrt, "
-                "sin/cos/tan, log/ln, round, factorial, nPr, nCr, gcd, lcm, isPrime, mean, "
-                "median, variance, stddev, ranges like variance(1..5)."
-            ),
+            description=calculator.DESCRIPTION,
             parameters=calculator.PARAMETERS,
             returns=calculator.RETURNS,
             function=_calculate,
