@@ -2,7 +2,9 @@
 
 Starts gunicorn on a throwaway database (SQLite file in a temp dir, or a PostgreSQL database
 created and dropped here), posts pre-encoded batches from concurrent clients, checks that
-every span was accepted and stored exactly once, and prints a table of the figures.
+every span was accepted and stored exactly once, and prints a table of the figures:
+spans per second, the server's peak memory (RSS of gunicorn's master and workers) and
+its CPU time per 1000 spans, which tells what the code costs even on a busy machine.
 
     .venv/bin/python bench/ingest.py [--database sqlite|postgres|both] [--invocations N]
 """
@@ -51,6 +53,16 @@ class Result:
     workers: int
     seconds: float
     peak_rss_mb: float
+    server_cpu_seconds: float
+    database_cpu_seconds: float
+
+    @property
+    def cpu_ms_per_1000(self) -> float:
+        """Server CPU (gunicorn and local PostgreSQL backends) per 1000 spans."""
+        return self.ms_per_1000(self.server_cpu_seconds + self.database_cpu_seconds)
+
+    def ms_per_1000(self, seconds: float) -> float:
+        return seconds * 1e6 / self.invocations
 
     @property
     def per_second(self) -> float:
@@ -133,58 +145,109 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def process_tree(root: int) -> list[int]:
-    """Return root and its descendants, read from /proc."""
-    parents: dict[int, list[int]] = {}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class Process:
+    parent: int
+    name: str
+    cpu_ticks: int
+    rss_bytes: int
+
+
+def read_processes() -> dict[int, Process]:
+    """Return every process's parent, name, CPU time and RSS, read from /proc."""
+    processes = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
-            continue
-        # The command name may hold spaces and parentheses: fields start after the last ")".
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry))
+            continue  # it just exited
+        # The name may hold spaces and parentheses: the other fields follow the last ")".
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        cpu_ticks = int(fields[11]) + int(fields[12])  # utime + stime
+        processes[int(entry)] = Process(
+            int(fields[1]), name, cpu_ticks, int(fields[21]) * PAGE_SIZE
+        )
+    return processes
+
+
+def process_tree(processes: dict[int, Process], root: int) -> list[int]:
+    """Return root and its descendants."""
+    children: dict[int, list[int]] = {}
+    for pid, process in processes.items():
+        children.setdefault(process.parent, []).append(pid)
     tree, todo = [], [root]
     while todo:
         pid = todo.pop()
         tree.append(pid)
-        todo.extend(parents.get(pid, []))
+        todo.extend(children.get(pid, []))
     return tree
 
 
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
+def database_backends(processes: dict[int, Process], database: str) -> list[int]:
+    """Return the local PostgreSQL backends serving `database`: their title names it."""
+    backends = []
+    for pid, process in processes.items():
+        if process.name != "postgres":
+            continue
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-                    break
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except OSError:
-            continue  # a worker that just exited
-    return total
+            continue
+        if title.startswith("postgres: ") and f" {database} " in title:
+            backends.append(pid)
+    return backends
 
 
-class MemorySampler(threading.Thread):
-    """Record the peak summed RSS of a process tree, sampled every `interval` seconds."""
+class ServerSampler(threading.Thread):
+    """Sample the server's peak memory and its CPU time, every `interval` seconds.
 
-    def __init__(self, root: int, interval: float = 0.1) -> None:
+    Memory is the summed RSS of gunicorn's master and workers. CPU time, counted from
+    the first sample, is theirs and that of the PostgreSQL backends serving `database`
+    when they run on this machine: a figure that other load on the machine inflates
+    far less than it does the wall-clock rate.
+    """
+
+    def __init__(self, root: int, database: str | None, interval: float = 0.1) -> None:
         super().__init__(daemon=True)
-        self.root, self.interval = root, interval
-        self.peak = 0
+        self.root, self.database, self.interval = root, database, interval
+        self.peak_rss = 0
+        self.first: dict[int, int] = {}
+        self.last: dict[str, dict[int, int]] = {"gunicorn": {}, "postgres": {}}
         self.stopped = threading.Event()
+        self.has_baseline = False
+        self.sample()  # the baseline, before any timed request
+        self.has_baseline = True
 
     def run(self) -> None:
-        while not self.stopped.is_set():
-            self.peak = max(self.peak, rss_bytes(process_tree(self.root)))
-            self.stopped.wait(self.interval)
+        while not self.stopped.wait(self.interval):
+            self.sample()
 
-    def stop(self) -> int:
+    def sample(self) -> None:
+        processes = read_processes()
+        tree = process_tree(processes, self.root)
+        self.peak_rss = max(self.peak_rss, sum(processes[pid].rss_bytes for pid in tree))
+        backends = database_backends(processes, self.database) if self.database else []
+        for kind, pids in (("gunicorn", tree), ("postgres", backends)):
+            for pid in pids:
+                # Processes that start later (a reconnecting backend) count whole.
+                self.first.setdefault(pid, 0 if self.has_baseline else processes[pid].cpu_ticks)
+                self.last[kind][pid] = processes[pid].cpu_ticks
+
+    def stop(self) -> None:
         self.stopped.set()
         self.join()
-        return self.peak
+        self.sample()
+
+    def cpu_seconds(self, kind: str) -> float:
+        ticks = sum(last - self.first[pid] for pid, last in self.last[kind].items())
+        return ticks / CLOCK_TICKS
 
 
 @contextmanager
@@ -283,6 +346,7 @@ def run_server_bench(
     count_rows: Callable[[], tuple[int, int]],
     args: argparse.Namespace,
     batches: list,
+    database: str | None = None,
 ) -> Result:
     env = server_env(database_url, args.workers)
     manage(env, "migrate", "--noinput")
@@ -290,20 +354,29 @@ def run_server_bench(
     port = free_port()
     deadline = time.monotonic() + args.time_limit
     with gunicorn(env, port) as server:
-        sampler = MemorySampler(server.pid)
+        sampler = ServerSampler(server.pid, database)
         sampler.start()
         try:
             seconds = post_all(port, key, batches, args.clients, deadline)
         finally:
-            peak = sampler.stop()
-        workers = len(process_tree(server.pid)) - 1
+            sampler.stop()
+        workers = len(process_tree(read_processes(), server.pid)) - 1
     stored, traced = count_rows()
     if stored != args.invocations or traced != args.invocations:
         raise BenchError(
             f"{name}: {stored} spans stored and {traced} counted in trace totals, "
             f"wanted {args.invocations}"
         )
-    return Result(name, args.invocations, args.clients, workers, seconds, peak / 2**20)
+    return Result(
+        name,
+        args.invocations,
+        args.clients,
+        workers,
+        seconds,
+        sampler.peak_rss / 2**20,
+        sampler.cpu_seconds("gunicorn"),
+        sampler.cpu_seconds("postgres"),
+    )
 
 
 COUNT_SQL = (
@@ -344,7 +417,10 @@ def bench_postgres(args: argparse.Namespace, batches: list) -> Result | None:
                 with psycopg.connect(dsn) as db:
                     return db.execute(COUNT_SQL).fetchone()
 
-            return run_server_bench("postgres", bench_url, count_rows, args, batches)
+            local = parts.hostname in ("127.0.0.1", "localhost", "::1")
+            return run_server_bench(
+                "postgres", bench_url, count_rows, args, batches, name if local else None
+            )
         finally:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
@@ -353,14 +429,21 @@ def bench_postgres(args: argparse.Namespace, batches: list) -> Result | None:
 
 def print_table(results: list[Result]) -> None:
     header = f"{'database':<10} {'N':>9} {'clients':>7} {'workers':>7} {'seconds':>8} "
-    header += f"{'inv/s':>9} {'peak MB':>8}"
+    header += f"{'inv/s':>9} {'peak MB':>8} {'CPU ms/1k':>10}"
     print(header)
     print("-" * len(header))
     for r in results:
         print(
             f"{r.database:<10} {r.invocations:>9} {r.clients:>7} {r.workers:>7} "
-            f"{r.seconds:>8.1f} {r.per_second:>9.0f} {r.peak_rss_mb:>8.0f}"
+            f"{r.seconds:>8.1f} {r.per_second:>9.0f} {r.peak_rss_mb:>8.0f} "
+            f"{r.cpu_ms_per_1000:>10.0f}"
         )
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"CPU ms/1k: server CPU per 1000 spans (gunicorn, and PostgreSQL's backends when "
+        f"local). With nothing else running, {cores} cores allow at most "
+        f"{cores} x 1e6 / (CPU ms/1k) inv/s."
+    )
 
 
 def main() -> int:
@@ -387,7 +470,11 @@ def main() -> int:
             failed = True
             continue
         if result:
-            print(f"{database}: {result.per_second:.0f} inv/s, peak {result.peak_rss_mb:.0f} MB")
+            print(
+                f"{database}: {result.per_second:.0f} inv/s, peak {result.peak_rss_mb:.0f} MB, "
+                f"CPU per 1000 spans: gunicorn {result.ms_per_1000(result.server_cpu_seconds):.0f}"
+                f" ms, PostgreSQL {result.ms_per_1000(result.database_cpu_seconds):.0f} ms"
+            )
             results.append(result)
     print()
     print_table(results)
