@@ -9,3 +9,13 @@ workers = int(os.environ.get("GUNICORN_WORKERS", len(os.sched_getaffinity(0))))
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
 # One fixed socket path per user would clash between servers on one machine.
 control_socket_disable = True
+
+
+def post_worker_init(worker: object) -> None:
+    """Import the URLconf (the API, its schemas) before the worker takes requests.
+
+    Django imports it on the first request, which then waits a second or more.
+    """
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018  (the lookup is what imports it)

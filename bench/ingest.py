@@ -264,6 +264,7 @@ def gunicorn(env: dict[str, str], port: int) -> Iterator[subprocess.Popen]:
     server = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
     try:
         wait_until_ready(server, port)
+        wait_until_idle(server)
         yield server
     finally:
         stop(server)
@@ -281,6 +282,25 @@ def wait_until_ready(server: subprocess.Popen, port: int, timeout: float = 60) -
             pass
         time.sleep(0.2)
     raise BenchError(f"gunicorn did not answer /healthz within {timeout:.0f} s")
+
+
+def wait_until_idle(server: subprocess.Popen, timeout: float = 60, quiet: float = 0.5) -> None:
+    """Wait until gunicorn's processes have used next to no CPU for `quiet` seconds.
+
+    The other workers are still booting (importing Django and the API) when the first
+    one answers; timing them then would charge ingest with start-up work.
+    """
+    deadline = time.monotonic() + timeout
+    window: list[tuple[float, int]] = []
+    while time.monotonic() < deadline:
+        processes = read_processes()
+        ticks = sum(processes[pid].cpu_ticks for pid in process_tree(processes, server.pid))
+        now = time.monotonic()
+        window = [(at, old) for at, old in window if now - at <= quiet] + [(now, ticks)]
+        if now - window[0][0] >= quiet * 0.9 and ticks - window[0][1] <= 2:
+            return
+        time.sleep(0.1)
+    raise BenchError(f"gunicorn's workers were still busy after {timeout:.0f} s")
 
 
 def stop(server: subprocess.Popen) -> None:
