@@ -324,3 +324,14 @@ def test_it_accepts_a_trace_of_llm_and_agent_spans_without_tools(report, span):
 
     totals = trace_totals(trace_id)
     assert (totals["span_count"], totals["tool_calls"], totals["llm_calls"]) == (2, 0, 1)
+
+
+def test_it_documents_the_batch_body_in_the_openapi_schema(anonymous_api):
+    schema = anonymous_api.get("/openapi.json").json()
+
+    body = schema["paths"]["/api/v1/invocations"]["post"]["requestBody"]
+    batch = body["content"]["application/json"]["schema"]
+    assert batch["properties"]["invocations"]["maxItems"] == 1000
+    assert {"trace_id", "span_id", "status"} <= set(
+        batch["properties"]["invocations"]["items"]["required"]
+    )

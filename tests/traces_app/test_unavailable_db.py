@@ -101,7 +101,7 @@ def test_it_answers_503_to_a_read(down, path):
 
 
 def test_it_answers_503_to_a_session_it_cannot_look_up(down):
-    response = down.get("/api/v1/traces", cookies={"sessionid": "x" * 32})
+    response = httpx.get(down.base_url.join("/api/v1/traces"), cookies={"sessionid": "x" * 32})
 
     assert_unavailable(response)
 
