@@ -1,8 +1,11 @@
 """Argument validation against a tool's JSON Schema (Draft 2020-12), before any tool code runs.
 
 Coercion policy, narrow on purpose (only where no information can be lost or guessed):
-- a string holding an integer ("12", "-3") where an integer is expected;
-- a string holding a finite decimal number ("2.5", "1e3") where a number is expected;
+- a string holding an integer of up to 18 digits ("12", "-3") where an integer or a number
+  is expected;
+- a string holding a finite decimal number ("2.5", "1e3") where a number is expected (it
+  becomes the float JSON would have given; longer integers are refused, as a float would
+  round them);
 - a float with no fractional part (12.0) where an integer is expected;
 - the strings "true" / "false" where a boolean is expected.
 Every coercion is reported, so the record shows what the model actually sent.
@@ -22,12 +25,15 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.validators import extend
+from referencing.exceptions import Unresolvable
 
 from tools_app.specs import Problem
 
 MAX_ARGUMENTS_BYTES = 1_000_000
-_INTEGER_TEXT = re.compile(r"^[+-]?\d{1,18}$")
-_NUMBER_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+MAX_DEPTH = 64  # deeper arguments are refused before they can exhaust the stack
+# ASCII digits only: Python's int() and float() would also read "١٢" as 12, JSON would not.
+_INTEGER_TEXT = re.compile(r"^[+-]?[0-9]{1,18}\Z")
+_NUMBER_TEXT = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _JSON_TYPES = {
     type(None): "null",
     bool: "boolean",
@@ -68,14 +74,15 @@ def parse_arguments(raw: Any) -> dict[str, Any]:
         if len(raw) > MAX_ARGUMENTS_BYTES:
             raise ArgumentsError([Problem("", f"arguments exceed {MAX_ARGUMENTS_BYTES} bytes")])
         try:
-            raw = json.loads(raw, parse_constant=_refuse_constant)
+            raw = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
         except json.JSONDecodeError as exc:
             raise ArgumentsError(
                 [
                     Problem(
                         "",
-                        f"arguments are not valid JSON: {exc.msg} at line {exc.lineno} "
-                        f"column {exc.colno} (character {exc.pos})",
+                        # "Unterminated string starting at" already ends with "at".
+                        f"arguments are not valid JSON: {exc.msg.removesuffix(' at')} at "
+                        f"line {exc.lineno} column {exc.colno} (character {exc.pos})",
                     )
                 ]
             ) from None
@@ -85,11 +92,36 @@ def parse_arguments(raw: Any) -> dict[str, Any]:
         raise ArgumentsError(
             [Problem("", f"arguments must be a JSON object, got {json_type(raw)}")]
         )
+    too_deep = _too_deep(raw)
+    if too_deep is not None:
+        raise ArgumentsError([Problem(too_deep, f"nested deeper than {MAX_DEPTH} levels")])
     return raw
 
 
 def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"number {text} is out of range")
+    return number
+
+
+def _too_deep(arguments: dict[str, Any]) -> str | None:
+    """Return the first field nested deeper than MAX_DEPTH (or cyclic), else None."""
+    for name, value in arguments.items():
+        stack = [(value, 1)]
+        while stack:
+            item, depth = stack.pop()
+            if depth > MAX_DEPTH:
+                return str(name)
+            if isinstance(item, dict):
+                stack.extend((child, depth + 1) for child in item.values())
+            elif isinstance(item, list | tuple):
+                stack.extend((child, depth + 1) for child in item)
+    return None
 
 
 # JSON Schema counts 3.0 as an integer; tool code should get the int 3, so a whole float
@@ -124,7 +156,11 @@ def validate_arguments(schema: dict[str, Any], raw: Any) -> ValidArguments:
         raise ArgumentsError([problem]) from None
     coercions: list[str] = []
     for _ in range(3):  # a coercion can uncover an error deeper down; three passes suffice
-        errors = list(validator.iter_errors(arguments))
+        try:
+            errors = list(validator.iter_errors(arguments))
+        except Unresolvable as exc:
+            problem = Problem("", f"the tool's own schema is invalid: cannot resolve {exc.ref!r}")
+            raise ArgumentsError([problem]) from None
         if not errors:
             return ValidArguments(arguments, coercions)
         fixed = False
@@ -143,7 +179,8 @@ def validate_arguments(schema: dict[str, Any], raw: Any) -> ValidArguments:
                 fixed = True
         if not fixed:
             break
-    raise ArgumentsError(sorted((_problem(e) for e in errors), key=lambda p: p.path))
+    problems = dict.fromkeys(problem for error in errors for problem in _problems(error))
+    raise ArgumentsError(sorted(problems, key=lambda p: p.path))
 
 
 def _coerce(value: Any, expected: str | list[str]) -> tuple[bool, Any]:
@@ -151,12 +188,12 @@ def _coerce(value: Any, expected: str | list[str]) -> tuple[bool, Any]:
     wanted = [expected] if isinstance(expected, str) else list(expected)
     if isinstance(value, str):
         text = value.strip()
-        if "integer" in wanted and _INTEGER_TEXT.match(text):
+        if ("integer" in wanted or "number" in wanted) and _INTEGER_TEXT.match(text):
             return True, int(text)
-        if "number" in wanted and _NUMBER_TEXT.match(text):
+        if "number" in wanted and _NUMBER_TEXT.match(text) and not text.lstrip("+-").isdigit():
             number = float(text)
             if math.isfinite(number):
-                return True, int(number) if number.is_integer() and "." not in text else number
+                return True, number
         if "boolean" in wanted and text in ("true", "false"):
             return True, text == "true"
     whole = isinstance(value, float) and value.is_integer() and abs(value) < 2**53
@@ -190,6 +227,24 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
+def _problems(error: ValidationError) -> list[Problem]:
+    """Return the problems in one error: one per unknown field, else the one it names."""
+    if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+        return [_problem(error)]
+    allowed = sorted(error.schema.get("properties", {}))
+    patterns = list(error.schema.get("patternProperties", {}))
+    extra = [
+        name
+        for name in error.instance
+        if name not in allowed and not any(re.search(p, name) for p in patterns)
+    ]
+    hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+    path = _path(error)
+    return [Problem(_join(path, name), f"unknown field{hint}") for name in extra] or [
+        _problem(error)
+    ]
+
+
 def _problem(error: ValidationError) -> Problem:
     """Return one error phrased as 'field: expected X, got Y'."""
     path, value, rule, limit = _path(error), error.instance, error.validator, error.validator_value
@@ -198,7 +253,10 @@ def _problem(error: ValidationError) -> Problem:
         expected = limit if isinstance(limit, str) else " or ".join(limit)
         return Problem(path, f"expected {expected}, {got}")
     if rule == "required":
+        # jsonschema reports each missing name separately, as "'name' is a required property".
         missing = [name for name in limit if name not in value]
+        named = [name for name in missing if error.message.startswith(f"{name!r} ")]
+        missing = named or missing
         return Problem(_join(path, missing[0]) if missing else path, "required but missing")
     if rule == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
