@@ -43,11 +43,13 @@ def format_error(tool: str, error: ToolError) -> str:
 
 
 def truncate(text: str, max_tokens: int) -> str:
-    """Return text cut to about max_tokens, ending with a marker saying how much was cut."""
+    """Return text cut to max_tokens, marker included, ending with how much was cut."""
     limit = max_tokens * CHARS_PER_TOKEN
     if len(text) <= limit:
         return text
-    return text[:limit] + f"… [truncated: showing {limit} of {len(text)} characters]"
+    marker = "… [truncated: showing {} of " + f"{len(text)} characters]"
+    keep = max(0, limit - len(marker.format(limit)))
+    return text[:keep] + marker.format(keep)
 
 
 def _shorten(value: Any) -> Any:

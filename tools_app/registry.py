@@ -76,8 +76,8 @@ class ToolRegistry:
             changes["description"] = description
         with self._lock:
             spec = dataclasses.replace(self.get(name), **changes)
-            self._tools[name] = spec
-        self._notify(name, spec)
+            self._tools[spec.name] = spec  # `name` may be an alias: store under the real name
+        self._notify(spec.name, spec)
         return spec
 
     def on_change(self, listener: Callable[[str, ToolSpec | None], None]) -> None:

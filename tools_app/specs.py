@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-LLM_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+LLM_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")  # \Z: "$" would allow a final "\n"
 _UNSAFE_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -75,9 +75,9 @@ class ToolSpec:
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200:
             raise ValueError(f"tool name must be 1 to 200 characters, got {self.name!r}")
-        if self.parameters.get("type") != "object":
+        if not isinstance(self.parameters, dict) or self.parameters.get("type") != "object":
             raise ValueError(f"{self.name}: parameters must be a JSON Schema of type 'object'")
-        if self.timeout_s is not None and self.timeout_s <= 0:
+        if self.timeout_s is not None and not self.timeout_s > 0:  # NaN too
             raise ValueError(f"{self.name}: timeout_s must be positive")
         if self.max_retries < 0 or (self.max_concurrency is not None and self.max_concurrency < 1):
             raise ValueError(f"{self.name}: max_retries must be >= 0, max_concurrency >= 1")
