@@ -1,5 +1,6 @@
 """Settings for ARES Console, every value from the environment with a working local default."""
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -89,7 +90,9 @@ def _database_config(url: str) -> dict:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
         config["CONN_MAX_AGE"] = 0 if config["NAME"] == ":memory:" else config["CONN_MAX_AGE"]
-        config["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+        # A file, not memory, so servers and workers the tests start can share it; one per
+        # process, so test runs side by side do not clobber each other.
+        config["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3")}
     elif engine == "django.db.backends.postgresql":
         config.setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 5)
         config["CONN_HEALTH_CHECKS"] = True

@@ -28,9 +28,13 @@ def chromium_path() -> str | None:
     return os.environ.get("ARES_CHROMIUM") or shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Yield a headless Chromium; skipped on a machine without it, required in CI."""
+    """Yield a headless Chromium; skipped on a machine without it, required in CI.
+
+    Module-scoped: Playwright's sync API keeps an event loop running in this thread while
+    it is open, and tests elsewhere that call asyncio.run() must not meet it.
+    """
     executable = chromium_path()
     if executable is None:
         if os.environ.get("CI"):
