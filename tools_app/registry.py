@@ -55,8 +55,13 @@ class ToolRegistry:
     def replace(self, spec: ToolSpec) -> None:
         """Register a tool, replacing one of the same name (an MCP server re-synced)."""
         with self._lock:
-            self._tools.pop(spec.name, None)
-            self.register(spec)
+            old = self._tools.pop(spec.name, None)
+            try:
+                self.register(spec)
+            except DuplicateToolError:
+                if old is not None:  # keep the working tool rather than lose both
+                    self._tools[old.name] = old
+                raise
 
     def configure(
         self,
