@@ -335,3 +335,22 @@ def test_it_documents_the_batch_body_in_the_openapi_schema(anonymous_api):
     assert {"trace_id", "span_id", "status"} <= set(
         batch["properties"]["invocations"]["items"]["required"]
     )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({"Content-Type": "application/json; charset=utf-8"}, id="with charset"),
+        pytest.param({"Content-Type": "Application/JSON"}, id="any case"),
+        pytest.param(
+            {"Content-Type": "application/json", "Content-Encoding": "identity"}, id="identity"
+        ),
+    ],
+)
+def test_it_accepts_json_however_it_is_labelled(api, span, headers):
+    body = json.dumps({"invocations": [span()]})
+
+    response = api.post("/invocations", content=body, headers=headers)
+
+    assert response.status_code == 200, response.text
+    assert Invocation.objects.count() == 1
