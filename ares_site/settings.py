@@ -1,5 +1,6 @@
 """Settings for ARES Console, every value from the environment with a working local default."""
 
+import ipaddress
 import os
 import sqlite3
 from pathlib import Path
@@ -156,6 +157,20 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = ARES_INGEST_MAX_BODY_BYTES
 ARES_TOOL_TIMEOUT_S = env_int("ARES_TOOL_TIMEOUT_S", 30, minimum=1)
 ARES_TOOL_MAX_PARALLEL = env_int("ARES_TOOL_MAX_PARALLEL", 5, minimum=1)
 ARES_TOOL_BACKOFF_S = float(env_int("ARES_TOOL_BACKOFF_MS", 1000, minimum=0)) / 1000
+# Built-in tools. http_request refuses loopback, private and link-local addresses except
+# these host names and networks (CIDR); web_search needs a SearXNG instance.
+ARES_HTTP_ALLOWED_HOSTS = env_list("ARES_HTTP_ALLOWED_HOSTS", [])
+ARES_HTTP_ALLOWED_NETWORKS = env_list("ARES_HTTP_ALLOWED_NETWORKS", [])
+for _network in ARES_HTTP_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"ARES_HTTP_ALLOWED_NETWORKS has {_network!r}, which is not a network like 10.0.0.0/8"
+        ) from None
+ARES_SEARXNG_URL = env_str("ARES_SEARXNG_URL")
+if ARES_SEARXNG_URL and not ARES_SEARXNG_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"ARES_SEARXNG_URL={ARES_SEARXNG_URL!r} must be an http(s) URL")
 ARES_TOOL_SETTINGS_CHECK_S = float(env_int("ARES_TOOL_SETTINGS_CHECK_MS", 2000, minimum=0)) / 1000
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()

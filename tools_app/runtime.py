@@ -18,11 +18,19 @@ from django.conf import settings
 from django.db import close_old_connections
 from pydantic import ValidationError
 
-from tools_app.builtins import calculator
+from tools_app.builtins import (
+    calculator,
+    datetime_tool,
+    hash_tool,
+    http_request,
+    json_tools,
+    string_utils,
+    web_search,
+)
 from tools_app.engine import ToolEngine
 from tools_app.models import ToolSetting
 from tools_app.registry import ToolRegistry
-from tools_app.specs import ErrorKind, ToolFailure, ToolSpec
+from tools_app.specs import ToolSpec
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 
@@ -34,33 +42,18 @@ _settings_version: tuple[int, str] | None = None
 _settings_checked_at = 0.0
 
 
-def _calculate(expression: str) -> dict[str, Any]:
-    try:
-        return calculator.calculator(expression)
-    except calculator.CalculatorError as exc:
-        raise ToolFailure(str(exc), ErrorKind.INVALID_ARGUMENTS) from None
-
-
 def builtin_specs() -> list[ToolSpec]:
-    """Return the contracts of the built-in tools."""
+    """Return the contracts of the built-in tools, configured from settings."""
     return [
-        ToolSpec(
-            name="calculator",
-            description=calculator.DESCRIPTION,
-            parameters=calculator.PARAMETERS,
-            returns=calculator.RETURNS,
-            function=_calculate,
-            timeout_s=10,
-            capabilities=(
-                "Arithmetic",
-                "Summation",
-                "ExpressionEvaluation",
-                "DiscreteMath",
-                "Statistics",
-                "NumberTheory",
-                "Probability",
-            ),
-        ),  # fmt: skip
+        calculator.SPEC,
+        hash_tool.SPEC,
+        string_utils.SPEC,
+        datetime_tool.SPEC,
+        json_tools.SPEC,
+        http_request.make_spec(
+            settings.ARES_HTTP_ALLOWED_HOSTS, settings.ARES_HTTP_ALLOWED_NETWORKS
+        ),
+        web_search.make_spec(settings.ARES_SEARXNG_URL or None),
     ]
 
 

@@ -36,6 +36,8 @@ def run_check(**env: str) -> subprocess.CompletedProcess:
         ({"SQLITE_TIMEOUT": "soon"}, "SQLITE_TIMEOUT='soon' is not an integer"),
         ({"ARES_INGEST_MAX_ITEMS": "0"}, "ARES_INGEST_MAX_ITEMS=0 is below the minimum"),
         ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL='LOUD' must be"),
+        ({"ARES_HTTP_ALLOWED_NETWORKS": "10.0.0.0/33"}, "ARES_HTTP_ALLOWED_NETWORKS has '10.0"),
+        ({"ARES_SEARXNG_URL": "searx.local"}, "ARES_SEARXNG_URL='searx.local' must be"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_value(env: dict[str, str], message: str) -> None:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple, TypeAlias
 
+from tools_app.specs import ErrorKind, ToolFailure, ToolSpec
+
 Number: TypeAlias = int | float
 
 MAX_LENGTH = 1000
@@ -679,3 +681,25 @@ def evaluate(expression: str) -> Number:
 def calculator(expression: str) -> dict[str, Any]:
     """Evaluate the expression for the tool layer and return the result with the expression."""
     return {"result": evaluate(expression), "expression": expression}
+
+
+def run_tool(expression: str) -> dict[str, Any]:
+    """Run the calculator as a tool: a bad expression is an invalid_arguments result."""
+    try:
+        return calculator(expression)
+    except CalculatorError as error:
+        raise ToolFailure(str(error), ErrorKind.INVALID_ARGUMENTS) from None
+
+
+SPEC = ToolSpec(
+    name="calculator",
+    description=DESCRIPTION,
+    parameters=PARAMETERS,
+    returns=RETURNS,
+    function=run_tool,
+    timeout_s=10,
+    capabilities=(
+        "Arithmetic", "Summation", "ExpressionEvaluation", "DiscreteMath",
+        "Statistics", "NumberTheory", "Probability",
+    ),
+)  # fmt: skip

@@ -131,7 +131,7 @@ def _result(operation: str, result: str, encoding: str, byte_length: int) -> dic
 
 
 SPEC = ToolSpec(
-    name="hash",
+    name="hash_tool",
     description=DESCRIPTION,
     parameters=PARAMETERS,
     function=run_hash,
