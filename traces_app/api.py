@@ -7,7 +7,7 @@ import binascii
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -15,7 +15,7 @@ from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from ninja import Field, FilterSchema, Query, Router, Schema
+from ninja import Field, FilterLookup, FilterSchema, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.renderers import JSONRenderer
 from pydantic import ModelWrapValidatorHandler, ValidationError, ValidationInfo, model_validator
@@ -175,12 +175,14 @@ class PageQuery(Schema):
 class TimeFilter(FilterSchema):
     agent: str | None = None
     status: str | None = None
-    since: datetime | None = Field(None, q="started_at__gte")
-    until: datetime | None = Field(None, q="started_at__lt")
+    since: Annotated[datetime | None, FilterLookup("started_at__gte")] = None
+    until: Annotated[datetime | None, FilterLookup("started_at__lt")] = None
 
 
 class TraceFilter(TimeFilter):
-    q: str | None = Field(None, q="request_text__icontains", description="Text in the request")
+    q: Annotated[str | None, FilterLookup("request_text__icontains")] = Field(
+        None, description="Text in the request"
+    )
     tool: str | None = Field(None, description="Traces that called this tool")
     chosen_by: str | None = Field(None, description="Traces with a span chosen by llm/planner/...")
 
@@ -196,7 +198,7 @@ class TraceFilter(TimeFilter):
 
 
 class InvocationFilter(TimeFilter):
-    tool: str | None = Field(None, q="tool_name")
+    tool: Annotated[str | None, FilterLookup("tool_name")] = None
     chosen_by: str | None = None
     kind: str | None = None
     error_kind: str | None = None
