@@ -27,7 +27,7 @@ run: install
 serve: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput
-	$(BIN)/gunicorn ares_site.wsgi --bind $(HOST):$(PORT) --workers 3
+	$(BIN)/gunicorn ares_site.wsgi --config ares_site/gunicorn.conf.py --bind $(HOST):$(PORT)
 
 worker: install
 	$(BIN)/celery -A ares_site worker --loglevel=INFO

@@ -139,8 +139,14 @@ class InvocationQuerySet(models.QuerySet):
 class Invocation(models.Model):
     """One span of a trace: a tool call attempt, an LLM call, or another step."""
 
+    # No index of its own: the unique (trace, span_id) index serves look-ups by trace, and
+    # a third index on every span insert costs ingest speed for nothing.
     trace = models.ForeignKey(
-        Trace, on_delete=models.CASCADE, related_name="invocations", db_column="trace_id"
+        Trace,
+        on_delete=models.CASCADE,
+        related_name="invocations",
+        db_column="trace_id",
+        db_index=False,
     )
     span_id = models.CharField(max_length=16)
     parent_span_id = models.CharField(max_length=16, blank=True)
