@@ -129,6 +129,8 @@ class ToolEngine:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 if self._loop_thread is not None:
                     self._loop_thread.join(timeout=5)
+                if not self._loop.is_running():
+                    self._loop.close()
             for pool in (self._pool, self._record_pool):
                 if pool is not None:
                     pool.shutdown(wait=False, cancel_futures=True)
@@ -293,7 +295,9 @@ class ToolEngine:
         self, call: ToolCall, spec: ToolSpec, *, data: Any = None, error: ToolError | None = None
     ) -> ToolResult:
         if error is None:
-            text = format_result(spec.name, data, spec.returns, self.max_result_tokens)
+            text = format_result(
+                spec.name, data, spec.returns, self.max_result_tokens, spec.llm_view
+            )
         else:
             text = format_error(spec.name, error)
         return ToolResult(

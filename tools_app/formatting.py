@@ -28,8 +28,18 @@ def format_result(
     data: Any,
     returns: dict[str, Any] | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    view: tuple[str, ...] = (),
 ) -> str:
-    """Return a successful result as text for the model, within max_tokens."""
+    """Return a successful result as text for the model, within max_tokens.
+
+    `view` names keys of a result object, the first present and not null of which is
+    shown instead of the whole object (an MCP result's structured content, say).
+    """
+    if isinstance(data, dict):
+        shown = next((key for key in view if data.get(key) is not None), None)
+        if shown is not None:
+            data = data[shown]
+            returns = (returns or {}).get("properties", {}).get(shown)
     body = _render(_shorten(data), returns or {})
     return truncate(f"{tool} returned: {body}", max_tokens)
 

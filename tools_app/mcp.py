@@ -433,10 +433,10 @@ def tool_spec(client: McpClient, config: McpServerConfig, tool: Tool) -> ToolSpe
     read_only = bool(hints and hints.read_only_hint)
     if read_only:
         side_effect = SideEffect.READ_ONLY
-    elif hints and hints.destructive_hint:
-        side_effect = SideEffect.DESTRUCTIVE
-    else:
+    elif hints and hints.destructive_hint is False:
         side_effect = SideEffect.WRITE
+    else:  # the MCP spec: destructiveHint defaults to true for a tool that is not read-only
+        side_effect = SideEffect.DESTRUCTIVE
     idempotent_hint = hints.idempotent_hint if hints else None
     return ToolSpec(
         # ToolSpec caps names at 200 characters; a longer MCP name is cut, not refused.
@@ -452,6 +452,8 @@ def tool_spec(client: McpClient, config: McpServerConfig, tool: Tool) -> ToolSpe
         timeout_s=config.timeout_s,
         capabilities=(),
         ran_on=f"mcp:{config.name}",
+        # text and content repeat structured: show a model one of them, not all three.
+        llm_view=("structured", "text"),
     )
 
 

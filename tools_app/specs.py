@@ -71,6 +71,9 @@ class ToolSpec:
     capabilities: tuple[str, ...] = ()
     ran_on: str = "builtin"
     enabled: bool = True
+    # Keys of a result object to show an LLM instead of the whole object: the first one
+    # present and not null wins. The whole result is still returned and recorded.
+    llm_view: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200:

@@ -194,3 +194,16 @@ def test_it_formats_the_problems_validation_found() -> None:
         "- expresion: unknown field; allowed: expression",
         "- expression: required but missing",
     ]
+
+
+def test_it_shows_only_the_view_a_tool_names() -> None:
+    data = {"text": '{"sum": 3}', "content": [{"type": "text"}], "structured": {"sum": 3}}
+    returns = {"properties": {"structured": {"properties": {"sum": {"description": "a+b"}}}}}
+    text = format_result("mcp.demo.add", data, returns, view=("structured", "text"))
+    assert text == 'mcp.demo.add returned: {"sum": 3} (sum: a+b)'
+
+
+def test_it_falls_back_along_the_view_when_a_key_is_null() -> None:
+    data = {"text": "plain answer", "content": [], "structured": None}
+    text = format_result("mcp.time.now", data, view=("structured", "text"))
+    assert text == "mcp.time.now returned: plain answer"

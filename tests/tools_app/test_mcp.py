@@ -121,10 +121,11 @@ async def test_it_takes_contracts_from_the_tool_listing(time_client: McpClient) 
     ]
 
 
-async def test_it_maps_unannotated_tools_to_write(http_demo_client: McpClient) -> None:
+async def test_it_maps_unannotated_tools_to_destructive(http_demo_client: McpClient) -> None:
     specs = await specs_by_name(http_demo_client)
 
-    assert specs["mcp.demo.fail"].side_effect == SideEffect.WRITE
+    # The MCP spec: destructiveHint defaults to true for a tool that is not read-only.
+    assert specs["mcp.demo.fail"].side_effect == SideEffect.DESTRUCTIVE
     assert specs["mcp.demo.fail"].idempotent is False
     assert specs["mcp.demo.echo"].side_effect == SideEffect.READ_ONLY
 
@@ -137,8 +138,8 @@ def tool(**wire: Any) -> Tool:
 @pytest.mark.parametrize(
     ("annotations", "side_effect", "idempotent"),
     [
-        (None, SideEffect.WRITE, False),
-        ({}, SideEffect.WRITE, False),
+        (None, SideEffect.DESTRUCTIVE, False),
+        ({}, SideEffect.DESTRUCTIVE, False),
         ({"readOnlyHint": True}, SideEffect.READ_ONLY, True),
         ({"readOnlyHint": True, "idempotentHint": False}, SideEffect.READ_ONLY, False),
         ({"destructiveHint": True}, SideEffect.DESTRUCTIVE, False),
