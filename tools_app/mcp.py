@@ -478,6 +478,10 @@ class McpHub:
     def __init__(self) -> None:
         self._clients: dict[str, McpClient] = {}
 
+    def names(self) -> list[str]:
+        """Return the names of the servers this hub holds a client for."""
+        return list(self._clients)
+
     def client(self, name: str) -> McpClient:
         """Return the client of a synced server; KeyError if there is none."""
         return self._clients[name]

@@ -8,6 +8,7 @@ per call.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
@@ -16,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections
+from django.utils import timezone
 from pydantic import ValidationError
 
 from tools_app.builtins import (
@@ -28,7 +30,8 @@ from tools_app.builtins import (
     web_search,
 )
 from tools_app.engine import ToolEngine
-from tools_app.models import ToolSetting
+from tools_app.mcp import hub
+from tools_app.models import McpServer, ToolSetting
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
 from traces_app.schemas import InvocationIn
@@ -38,7 +41,9 @@ logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _engine: ToolEngine | None = None
-_settings_version: tuple[int, str] | None = None
+_refresh_lock = threading.Lock()
+_settings_version: tuple[tuple[int, str], tuple[int, str]] | None = None
+_mcp_specs: dict[str, list[ToolSpec]] = {}
 _settings_checked_at = 0.0
 
 
@@ -58,8 +63,11 @@ def builtin_specs() -> list[ToolSpec]:
 
 
 def base_specs() -> dict[str, ToolSpec]:
-    """Return every known tool as registered, before operator settings, by name."""
-    return {spec.name: spec for spec in builtin_specs()}
+    """Return every known tool (built-in and from MCP servers) before operator settings."""
+    specs = builtin_specs()
+    for server_specs in _mcp_specs.values():
+        specs.extend(server_specs)
+    return {spec.name: spec for spec in specs}
 
 
 def get_engine() -> ToolEngine:
@@ -79,18 +87,44 @@ def get_engine() -> ToolEngine:
 
 
 def refresh_tool_settings(force: bool = False) -> None:
-    """Apply the admin's tool settings to the registry if they changed since last look."""
+    """Bring the registry up to date with the admin's tool settings and MCP servers.
+
+    Looks at most every ARES_TOOL_SETTINGS_CHECK_S seconds, and does work only when a
+    row changed. One thread refreshes at a time; the others go on with the current tools.
+    """
     global _settings_version, _settings_checked_at
     now = time.monotonic()
     if not force and now - _settings_checked_at < settings.ARES_TOOL_SETTINGS_CHECK_S:
         return
-    _settings_checked_at = now
-    version = ToolSetting.objects.version()
-    if version == _settings_version or _engine is None:
+    if _engine is None or not _refresh_lock.acquire(blocking=force):
         return
+    try:
+        _settings_checked_at = now
+        version = (ToolSetting.objects.version(), McpServer.objects.version())
+        if version == _settings_version:
+            return
+        if _settings_version is None or version[1] != _settings_version[1]:
+            sync_mcp_servers()
+        _apply_settings(_engine.registry)
+        _settings_version = version
+    finally:
+        _refresh_lock.release()
+
+
+def resync_now() -> dict[str, str]:
+    """Sync every MCP server and re-apply settings now (the admin's button); return errors."""
+    engine = get_engine()
+    with _refresh_lock:
+        errors = sync_mcp_servers()
+        _apply_settings(engine.registry)
+    return errors
+
+
+def _apply_settings(registry: ToolRegistry) -> None:
+    """Register every known tool with the operator's overrides; drop tools that are gone."""
     overrides = {row.name: row for row in ToolSetting.objects.all()}
-    registry = _engine.registry
-    for name, base in base_specs().items():
+    known = base_specs()
+    for name, base in known.items():
         row = overrides.get(name)
         if row is not None:
             base = dataclasses.replace(
@@ -100,7 +134,52 @@ def refresh_tool_settings(force: bool = False) -> None:
                 description=row.description or base.description,
             )
         registry.replace(base)
-    _settings_version = version
+    for spec in registry.list(enabled_only=False):
+        if spec.name not in known:
+            registry.unregister(spec.name)
+
+
+def sync_mcp_servers() -> dict[str, str]:
+    """Connect to every enabled MCP server and list its tools; return errors by server name.
+
+    A server that cannot be reached keeps no tools until the next sync, and its error is
+    saved on its row for the admin to show.
+    """
+    engine = _engine or get_engine()
+    servers = list(McpServer.objects.all())
+    configs = []
+    errors: dict[str, str] = {}
+    for server in servers:
+        try:
+            configs.append((server, server.config()))
+        except ValueError as exc:
+            errors[server.name] = str(exc)
+
+    async def sync_all() -> list[Any]:
+        return await asyncio.gather(
+            *(hub.sync(config) for _, config in configs), return_exceptions=True
+        )
+
+    outcomes = engine.run_coroutine(sync_all()) if configs else []
+    _mcp_specs.clear()
+    for (server, _), outcome in zip(configs, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            errors[server.name] = f"{type(outcome).__name__}: {outcome}"
+            continue
+        _mcp_specs[server.name] = outcome
+        McpServer.objects.filter(pk=server.pk).update(
+            last_synced_at=timezone.now(),
+            last_error="",
+            tool_names=[spec.name for spec in outcome],
+        )  # update(), not save(): a sync is not an edit, other processes need not resync
+    for server in servers:
+        if server.name in errors:
+            McpServer.objects.filter(pk=server.pk).update(last_error=errors[server.name])
+            logger.warning("MCP server %s: %s", server.name, errors[server.name])
+    stale = set(hub.names()) - {server.name for server in servers}
+    for name in stale:
+        engine.run_coroutine(hub.close(name))
+    return errors
 
 
 def record_spans(spans: list[dict[str, Any]]) -> None:
