@@ -53,6 +53,9 @@ class ToolSetting(models.Model):
         from tools_app.runtime import base_specs
 
         known = base_specs()
+        server = self.name.split(".")[1] if self.name.startswith("mcp.") else None
+        if server and McpServer.objects.filter(name=server).exists():
+            return  # the server's tools may not be listed yet in this process
         if self.name not in known:
             raise ValidationError(
                 {"name": f"no tool named {self.name!r}; known: {', '.join(sorted(known))}"}

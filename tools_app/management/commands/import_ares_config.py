@@ -1,0 +1,27 @@
+"""Load tool settings and MCP servers from an ares.toml file."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from tools_app.config import import_config
+
+
+class Command(BaseCommand):
+    help = "Save the [tools.*] and [mcp_servers.*] entries of an ares.toml file."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("path", type=Path)
+
+    def handle(self, *args: object, path: Path, **options: object) -> None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read {path}: {exc}") from None
+        report = import_config(text)
+        for place in report.saved:
+            self.stdout.write(f"saved {place}")
+        for problem in report.problems:
+            self.stderr.write(f"refused {problem}")
+        if report.problems:
+            raise CommandError(f"{len(report.problems)} entr(y/ies) refused; the rest were saved")
