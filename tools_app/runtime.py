@@ -34,7 +34,7 @@ from tools_app.mcp import hub
 from tools_app.models import McpServer, ToolSetting
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
-from traces_app.schemas import InvocationIn
+from traces_app.schemas import InvocationFromDict
 from traces_app.services import record_invocations
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def record_spans(spans: list[dict[str, Any]]) -> None:
     items = []
     for span in spans:
         try:
-            items.append(InvocationIn.model_validate(span))
+            items.append(InvocationFromDict.model_validate(span))
         except ValidationError as exc:
             logger.error("dropping a tool span that fails validation: %s", exc)
     if items:

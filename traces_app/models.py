@@ -7,6 +7,7 @@ import json
 import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
@@ -234,10 +235,15 @@ def rows_from_json(fields: Iterable[models.Field]) -> str:
 
     One parameter instead of one per value keeps the SQL short and constant: with a
     placeholder per value, parsing a 1000-span batch's SQL (23,000 of them) in psycopg
-    and the database cost more than storing the spans.
+    and the database cost more than storing the spans. Constant SQL is also built once.
     """
+    return _rows_from_json(tuple(fields), connection.vendor)
+
+
+@lru_cache(maxsize=64)
+def _rows_from_json(fields: tuple[models.Field, ...], vendor: str) -> str:
     quote = connection.ops.quote_name
-    if connection.vendor == "postgresql":
+    if vendor == "postgresql":
         types = ", ".join(f"{quote(field.column)} {field.db_type(connection)}" for field in fields)
         # json, not jsonb: the rows are read once, so building jsonb first only costs.
         return f"SELECT * FROM json_to_recordset(%s::json) AS x({types}) WHERE true"

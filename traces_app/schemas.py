@@ -11,6 +11,7 @@ from ninja import Schema
 from pydantic import (
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -120,6 +121,22 @@ class InvocationIn(Schema):
             self.chosen_by = self.chosen_by or "external"
             self.ran_on = self.ran_on or "remote"
         return self
+
+
+class InvocationFromDict(InvocationIn):
+    """InvocationIn validated once: ninja's Schema validates extra="forbid" models twice.
+
+    The second pass reads the item through DjangoGetter, for model instances; a plain
+    dict (parsed JSON, the engine's spans) gives the same result, so it only doubles the
+    cost. Use this for dicts.
+    """
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _run_root_validator(
+        cls, values: Any, handler: ModelWrapValidatorHandler[InvocationIn], info: ValidationInfo
+    ) -> InvocationIn:
+        return handler(values)
 
 
 class FieldError(Schema):

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from traces_app.models import Invocation, add_to_trace_totals, insert_ignoring_conflicts
 from traces_app.redaction import bound_text, redact_text, safe_payload
-from traces_app.schemas import InvocationIn
+from traces_app.schemas import InvocationFromDict, InvocationIn
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def record_invocation(**fields: Any) -> bool:
     Raises pydantic.ValidationError when a field is wrong: in-process callers are our
     own code, and a bad record is a bug to fix, not data to guess at.
     """
-    return record_invocations([InvocationIn.model_validate(fields)])[0]
+    return record_invocations([InvocationFromDict.model_validate(fields)])[0]
 
 
 def record_invocations(items: Sequence[InvocationIn]) -> list[bool]:
