@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from tools_app.mcp import McpServerConfig
 from traces_app.redaction import is_secret_key
+
+if TYPE_CHECKING:
+    from tools_app.mcp import McpServerConfig
 
 
 class ToolSettingQuerySet(models.QuerySet):
@@ -139,6 +142,8 @@ class McpServer(models.Model):
 
     def config(self, *, resolve_env: bool = True) -> McpServerConfig:
         """Return the client configuration, ${NAME} references filled from the environment."""
+        from tools_app.mcp import McpServerConfig  # the MCP SDK is big: load it when used
+
         env = self.env
         if resolve_env and isinstance(env, dict):
             env = {

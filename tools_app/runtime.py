@@ -30,7 +30,6 @@ from tools_app.builtins import (
     web_search,
 )
 from tools_app.engine import ToolEngine
-from tools_app.mcp import hub
 from tools_app.models import McpServer, ToolSetting
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
@@ -145,8 +144,12 @@ def sync_mcp_servers() -> dict[str, str]:
     A server that cannot be reached keeps no tools until the next sync, and its error is
     saved on its row for the admin to show.
     """
+    from tools_app.mcp import hub  # the MCP SDK is big: load it only where servers exist
+
     engine = _engine or get_engine()
     servers = list(McpServer.objects.all())
+    if not servers and not _mcp_specs:
+        return {}
     configs = []
     errors: dict[str, str] = {}
     for server in servers:
