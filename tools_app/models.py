@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from tools_app.mcp import McpServerConfig
 
 
-class ToolSettingQuerySet(models.QuerySet):
+class VersionedQuerySet(models.QuerySet):
+    """Rows with an `updated_at` that save() sets, so a process can tell when any changed."""
+
     def version(self) -> tuple[int, str]:
-        """Return a cheap fingerprint of all settings: it changes whenever one does."""
+        """Return a cheap fingerprint of all rows: it changes whenever one is saved or deleted."""
         latest = self.aggregate(count=models.Count("pk"), latest=models.Max("updated_at"))
         return latest["count"], str(latest["latest"])
 
@@ -40,7 +42,7 @@ class ToolSetting(models.Model):
     )
     updated_at = models.DateTimeField(default=timezone.now)
 
-    objects = ToolSettingQuerySet.as_manager()
+    objects = VersionedQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
@@ -66,13 +68,6 @@ class ToolSetting(models.Model):
 
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class McpServerQuerySet(models.QuerySet):
-    def version(self) -> tuple[int, str]:
-        """Return a cheap fingerprint of all servers: it changes whenever one does."""
-        latest = self.aggregate(count=models.Count("pk"), latest=models.Max("updated_at"))
-        return latest["count"], str(latest["latest"])
 
 
 class McpServer(models.Model):
@@ -108,7 +103,7 @@ class McpServer(models.Model):
     tool_names = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
-    objects = McpServerQuerySet.as_manager()
+    objects = VersionedQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

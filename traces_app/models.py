@@ -34,20 +34,6 @@ class SpanStatus(models.TextChoices):
     ERROR = "error", "Error"
 
 
-class ErrorKind(models.TextChoices):
-    """The error kinds every path uses; reporters may send other slugs too."""
-
-    INVALID_ARGUMENTS = "invalid_arguments"
-    NOT_FOUND = "not_found"
-    TIMEOUT = "timeout"
-    TOOL_ERROR = "tool_error"
-    CANCELLED = "cancelled"
-    RATE_LIMITED = "rate_limited"
-    PERMISSION_DENIED = "permission_denied"
-    UNAVAILABLE = "unavailable"
-    INTERNAL = "internal"
-
-
 class TraceStatus(models.TextChoices):
     OK = "ok", "OK"
     ERROR = "error", "Has failures"
@@ -163,6 +149,8 @@ class Invocation(models.Model):
     arguments = models.JSONField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=8, choices=SpanStatus.choices)
+    # A slug: invalid_arguments, not_found, timeout, tool_error, ... (tools_app.specs.ErrorKind
+    # lists ours); outside reporters may send others.
     error_kind = models.CharField(max_length=40, blank=True)
     error_message = models.TextField(blank=True)
     started_at = models.DateTimeField()
