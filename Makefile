@@ -35,13 +35,15 @@ worker: install
 test: install
 	SECRET_KEY=$${SECRET_KEY:-tests-only-secret} $(BIN)/pytest $(PYTEST_ARGS)
 
+PY_PATHS := manage.py ares_site tools_app planner_app traces_app tests bench
+
 lint: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(BIN)/ruff check $(PY_PATHS)
+	$(BIN)/ruff format --check $(PY_PATHS)
 
 format: install
-	$(BIN)/ruff check --fix .
-	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix $(PY_PATHS)
+	$(BIN)/ruff format $(PY_PATHS)
 
 bench: install
 	$(BIN)/python bench/ingest.py $(BENCH_ARGS)
