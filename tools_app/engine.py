@@ -33,7 +33,7 @@ from tools_app.specs import (
     ToolResult,
     ToolSpec,
 )
-from tools_app.validation import ArgumentsError, validate_arguments
+from tools_app.validation import ArgumentsError, parse_arguments, validate_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -208,13 +208,14 @@ class ToolEngine:
             spans.append(self._span(call, spec, context, result, call.arguments, started_at, clock))
             await self._record(spans)
             return result
+        # Record what the model sent; the coercions say what the tool got instead.
+        sent = parse_arguments(call.arguments) if valid.coercions else valid.arguments
         attempts = 1 + (spec.max_retries if spec.retryable else 0)
         for attempt in range(1, attempts + 1):
             started_at, clock = datetime.now(UTC), time.perf_counter()
             result = await self._attempt(call, spec, valid.arguments)
-            spans.append(
-                self._span(call, spec, context, result, valid.arguments, started_at, clock, attempt)
-            )
+            span = self._span(call, spec, context, result, sent, started_at, clock, attempt)
+            spans.append({**span, "coercions": valid.coercions})
             if result.success or result.error.kind not in RETRYABLE_ERRORS or attempt == attempts:
                 break
             # Back off outside the concurrency slot, so waiting never blocks other calls.

@@ -162,6 +162,9 @@ class Invocation(models.Model):
     )
     cost_usd = models.FloatField(default=0.0)
     attempt = models.PositiveIntegerField(default=1)
+    coercions = models.JSONField(
+        default=list, blank=True, help_text="Lossless fixes made to the arguments before the call"
+    )
     received_at = models.DateTimeField(default=timezone.now)
 
     objects = InvocationQuerySet.as_manager()

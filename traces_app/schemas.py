@@ -71,6 +71,11 @@ class InvocationIn(Schema):
     result_tokens: int = Field(default=0, ge=0, le=2**31 - 1)
     cost_usd: float = Field(default=0.0, ge=0, le=1e6)
     attempt: int = Field(default=1, ge=1, le=10_000)
+    coercions: list[str] = Field(
+        default=[],
+        max_length=100,
+        description="Lossless fixes made to the arguments, e.g. 'n: string \"12\" -> integer 12'",
+    )
 
     @field_validator("trace_id")
     @classmethod
@@ -216,6 +221,7 @@ class InvocationOut(Schema):
     result_tokens: int
     cost_usd: float
     attempt: int
+    coercions: list[str]
 
 
 class TraceDetailOut(TraceOut):

@@ -93,6 +93,7 @@ def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:
         "result_tokens": item.result_tokens,
         "cost_usd": item.cost_usd,
         "attempt": item.attempt,
+        "coercions": [bound_text(redact_text(text), 200) for text in item.coercions],
         "received_at": received_at,
     }
 

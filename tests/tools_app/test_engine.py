@@ -92,15 +92,16 @@ def test_it_runs_a_valid_call_and_records_it(engine: ToolEngine, recorder: Recor
 
 
 def test_it_decodes_json_string_arguments_and_reports_coercions(
-    engine: ToolEngine, calls: list
+    engine: ToolEngine, calls: list, recorder: Recorder
 ) -> None:
     result = engine.execute(ToolCall("add", '{"a": "2", "b": 3.0}'))
     assert result.success and result.data == {"sum": 5}
     assert calls == [{"a": 2, "b": 3}]
-    assert result.metadata["coercions"] == [
-        'a: string "2" -> integer 2',
-        "b: number 3.0 -> integer 3",
-    ]
+    coercions = ['a: string "2" -> integer 2', "b: number 3.0 -> integer 3"]
+    assert result.metadata["coercions"] == coercions
+    # The record keeps what the model sent, and what was fixed.
+    [span] = recorder.spans
+    assert (span["arguments"], span["coercions"]) == ({"a": "2", "b": 3.0}, coercions)
 
 
 def test_it_refuses_invalid_arguments_before_running_the_tool(

@@ -41,6 +41,16 @@ def test_it_records_every_call_as_a_traced_invocation(engine: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_it_records_coercions_beside_the_arguments_sent(engine: Any) -> None:
+    context = CallContext()
+    call = ToolCall("string_utils", {"operation": "substring", "text": "hello", "start": "1"})
+    assert engine.execute(call, context).data["result"] == "ello"
+    [span] = _stored(context.trace_id)
+    assert span.arguments["start"] == "1"
+    assert span.coercions == ['start: string "1" -> integer 1']
+
+
+@pytest.mark.django_db(transaction=True)
 def test_it_records_a_failed_call_with_its_error_kind(engine: Any) -> None:
     context = CallContext()
     result = engine.execute(ToolCall("calculator", {"expression": "1/0"}), context)

@@ -203,7 +203,13 @@ def test_it_shows_one_trace_with_its_spans_in_order(api, report, span):
 
 
 def test_it_shows_a_span_with_every_field(api, report, span):
-    sent = span(parent_span_id="00f067aa0ba902b7", model="gpt-4o", attempt=2, started_at=at(0))
+    sent = span(
+        parent_span_id="00f067aa0ba902b7",
+        model="gpt-4o",
+        attempt=2,
+        started_at=at(0),
+        coercions=['expression: number 12 -> string "12"'],
+    )
     report(sent)
 
     shown = api.get(f"/traces/{sent['trace_id']}").json()["spans"][0]
