@@ -13,6 +13,20 @@ import pytest
 from traces_app.models import ApiKey
 
 
+@pytest.fixture(scope="session", autouse=True)
+def stop_the_engine_last(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Stop the site's tool engine before the test database is dropped.
+
+    Its recording threads hold database connections, which would keep PostgreSQL from
+    dropping the test database.
+    """
+    yield
+    from tools_app import runtime
+
+    with django_db_blocker.unblock():
+        runtime.shutdown()
+
+
 @pytest.fixture
 def make_key(transactional_db: None) -> Callable[..., str]:
     """Return a function that issues an API key with the given scopes and returns it raw."""

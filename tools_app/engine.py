@@ -81,6 +81,7 @@ class ToolEngine:
         self._loop_pid = 0
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._record_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.recording_threads = 2
         self._tool_slots: dict[str, asyncio.Semaphore] = {}
         self._all_slots: asyncio.Semaphore | None = None
 
@@ -122,6 +123,20 @@ class ToolEngine:
         """Run a coroutine on the engine's loop and wait for it (MCP set-up uses this)."""
         return self._submit(coroutine).result()
 
+    def run_in_recording_threads(self, function: Callable[[], None]) -> None:
+        """Run function once in each recording thread (to close their database connections)."""
+        if self._record_pool is None:
+            return
+        workers = self.recording_threads
+        everyone = threading.Barrier(workers, timeout=10)  # one task per thread, not two in one
+
+        def run() -> None:
+            everyone.wait()
+            function()
+
+        for future in [self._record_pool.submit(run) for _ in range(workers)]:
+            future.result()
+
     def close(self) -> None:
         """Stop the engine's loop and thread pool."""
         with self._lock:
@@ -131,9 +146,10 @@ class ToolEngine:
                     self._loop_thread.join(timeout=5)
                 if not self._loop.is_running():
                     self._loop.close()
-            for pool in (self._pool, self._record_pool):
-                if pool is not None:
-                    pool.shutdown(wait=False, cancel_futures=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._record_pool is not None:
+                self._record_pool.shutdown(wait=True)  # pending records get written
             self._loop = self._loop_thread = self._pool = self._record_pool = None
 
     # The loop -------------------------------------------------------------------------
@@ -158,7 +174,7 @@ class ToolEngine:
                 )
                 # Few recording threads: each holds a database connection of its own.
                 self._record_pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=2, thread_name_prefix="ares-record"
+                    max_workers=self.recording_threads, thread_name_prefix="ares-record"
                 )
                 self._loop_thread = threading.Thread(
                     target=self._loop.run_forever, name="ares-tool-engine", daemon=True

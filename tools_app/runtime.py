@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from django.utils import timezone
 from pydantic import ValidationError
 
@@ -83,6 +83,22 @@ def get_engine() -> ToolEngine:
             )
     refresh_tool_settings()
     return _engine
+
+
+def shutdown() -> None:
+    """Close MCP sessions and stop the engine (tests, and processes that exit cleanly)."""
+    global _engine, _settings_version
+    with _lock:
+        engine, _engine, _settings_version = _engine, None, None
+    if engine is None:
+        return
+    if _mcp_specs or McpServer.objects.exists():
+        from tools_app.mcp import hub
+
+        engine.run_coroutine(hub.close_all())
+    _mcp_specs.clear()
+    engine.run_in_recording_threads(connections.close_all)
+    engine.close()
 
 
 def refresh_tool_settings(force: bool = False) -> None:
