@@ -157,6 +157,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = ARES_INGEST_MAX_BODY_BYTES
 ARES_TOOL_TIMEOUT_S = env_int("ARES_TOOL_TIMEOUT_S", 30, minimum=1)
 ARES_TOOL_MAX_PARALLEL = env_int("ARES_TOOL_MAX_PARALLEL", 5, minimum=1)
 ARES_TOOL_BACKOFF_S = float(env_int("ARES_TOOL_BACKOFF_MS", 1000, minimum=0)) / 1000
+# The planner reloads rules when the stamp file beside the database moves (same machine),
+# and at least this often otherwise (other machines).
+ARES_PLANNER_RELOAD_CHECK_S = float(env_int("ARES_PLANNER_RELOAD_CHECK_MS", 5000, minimum=0)) / 1000
+ARES_PLANNER_EVIDENCE_TTL_S = float(env_int("ARES_PLANNER_EVIDENCE_TTL_MS", 5000, minimum=0)) / 1000
+
 # Built-in tools. http_request refuses loopback, private and link-local addresses except
 # these host names and networks (CIDR); web_search needs a SearXNG instance.
 ARES_HTTP_ALLOWED_HOSTS = env_list("ARES_HTTP_ALLOWED_HOSTS", [])

@@ -1,0 +1,162 @@
+"""The planner's rules as database rows: edited in the admin, versioned, live in every process."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+
+def _validate_patterns(patterns: Any) -> None:
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ValidationError("patterns must be a list of regular expressions (strings)")
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValidationError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _validate_names(value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValidationError("expected a list of non-empty names")
+
+
+class Capability(models.Model):
+    """A thing a request may need done; tools offer capabilities, rules ask for them."""
+
+    name = models.CharField(max_length=80, unique=True)
+    description = models.TextField(blank=True)
+    input_type = models.CharField(max_length=40, blank=True)
+    output_type = models.CharField(max_length=40, blank=True)
+    subsumes = models.ManyToManyField(
+        "self", symmetrical=False, blank=True, related_name="subsumed_by",
+        help_text="Capabilities this one covers: Summation covers Arithmetic",
+    )  # fmt: skip
+    depends_on = models.ManyToManyField(
+        "self", symmetrical=False, blank=True, related_name="needed_by",
+        help_text="Capabilities whose output this one needs, when the request needs both",
+    )  # fmt: skip
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "capabilities"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IntentRule(models.Model):
+    """Keywords (any language) or regexes that, found in a request, give capabilities."""
+
+    name = models.CharField(max_length=80, unique=True)
+    keywords = models.JSONField(
+        default=list, blank=True, validators=[_validate_names],
+        help_text='English words match whole words and plurals; others (中文) as substrings',
+    )  # fmt: skip
+    patterns = models.JSONField(
+        default=list, blank=True, validators=[_validate_patterns],
+        help_text="Regular expressions, matched case-insensitively",
+    )  # fmt: skip
+    language = models.CharField(max_length=8, default="any")
+    capabilities = models.ManyToManyField(Capability, related_name="rules")
+    goal = models.CharField(max_length=200, blank=True)
+    priority = models.PositiveIntegerField(default=100, help_text="Lower runs first")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["priority", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if not self.keywords and not self.patterns:
+            raise ValidationError("a rule needs at least one keyword or pattern")
+
+
+class CapabilityMapping(models.Model):
+    """An operator's statement that a tool serves a capability, with a static bonus."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="mappings")
+    tool = models.CharField(max_length=200)
+    weight = models.FloatField(default=0.0, help_text="Added to the tool's score")
+
+    class Meta:
+        ordering = ["capability__name", "tool"]
+        constraints = [
+            models.UniqueConstraint(fields=["capability", "tool"], name="mapping_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.capability} -> {self.tool}"
+
+    def clean(self) -> None:
+        from tools_app.runtime import base_specs
+
+        known = base_specs()
+        server = self.tool.split(".")[1] if self.tool.startswith("mcp.") else None
+        if self.tool not in known and not server:
+            raise ValidationError(
+                {"tool": f"no tool named {self.tool!r}; known: {', '.join(sorted(known))}"}
+            )
+
+
+class ToolProfile(models.Model):
+    """The planner's overrides of a tool's contract; blank fields come from the tool spec."""
+
+    tool = models.CharField(max_length=200, unique=True)
+    cost = models.FloatField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True, help_text="Used until evidence exists")
+    deterministic = models.BooleanField(null=True, blank=True)
+    composable = models.BooleanField(null=True, blank=True)
+    side_effects = models.BooleanField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tool"]
+
+    def __str__(self) -> str:
+        return self.tool
+
+
+class ScoringWeights(models.Model):
+    """The one row of scoring weights (Final = Base + Evidence - Penalty)."""
+
+    cost = models.FloatField(default=10.0)
+    deterministic = models.FloatField(default=3.0)
+    composable = models.FloatField(default=2.0)
+    success_rate = models.FloatField(default=20.0)
+    latency_per_100ms = models.FloatField(default=1.0)
+    latency_cap = models.FloatField(default=5.0)
+    failure_ratio = models.FloatField(default=10.0)
+    side_effects = models.FloatField(default=5.0)
+    default_success_rate = models.FloatField(default=0.95)
+    evidence_window = models.PositiveIntegerField(default=200)
+
+    class Meta:
+        verbose_name_plural = "scoring weights"
+
+    def __str__(self) -> str:
+        return "Scoring weights"
+
+
+class RuleSetVersion(models.Model):
+    """A snapshot of every rule, capability, mapping, profile and weight after a change."""
+
+    number = models.PositiveIntegerField(unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    change = models.CharField(max_length=300, blank=True)
+    snapshot = models.JSONField()
+
+    class Meta:
+        ordering = ["-number"]
+
+    def __str__(self) -> str:
+        return f"v{self.number}: {self.change}"

@@ -1,0 +1,88 @@
+"""Step 4, evidence scoring: a tool's contract plus how it has really done lately.
+
+    Base     = (1 / max(cost, 1)) * 10 + (deterministic ? 3 : 0) + (composable ? 2 : 0)
+    Evidence = success_rate * 20 - min(latency_ms / 100, 5) - failure_ratio * 10
+    Penalty  = side effects ? 5 : 0
+    Final    = Base + Evidence - Penalty + the mapping's static weight
+
+The numbers are the editable ScoringWeights. With no recorded evidence, the success
+rate is 0.95 and the latency is the profile's (else 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner_app.pipeline.resolution import Candidate
+from planner_app.pipeline.ruleset import RuleSet, ToolProfile
+from tools_app.specs import SideEffect
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A tool's recent record: calls counted, successes and mean latency."""
+
+    samples: int
+    success_rate: float
+    latency_ms: float
+
+
+EvidenceSource = Callable[[str, int], Evidence | None]
+
+
+@dataclass(frozen=True)
+class Score:
+    tool: str
+    capability: str
+    base: float
+    evidence: float
+    penalty: float
+    mapping_weight: float
+    final: float
+    success_rate: float
+    latency_ms: float
+    samples: int
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return dict(self.__dict__)
+
+
+class ToolScorer:
+    def score(self, candidate: Candidate, ruleset: RuleSet, evidence_of: EvidenceSource) -> Score:
+        spec, weights = candidate.spec, ruleset.weights
+        profile = ruleset.profiles.get(spec.name) or ToolProfile(spec.name)
+        cost = spec.cost if profile.cost is None else profile.cost
+        deterministic = (
+            spec.deterministic if profile.deterministic is None else profile.deterministic
+        )
+        composable = spec.composable if profile.composable is None else profile.composable
+        side_effects = (
+            spec.side_effect != SideEffect.READ_ONLY
+            if profile.side_effects is None
+            else profile.side_effects
+        )
+        record = evidence_of(spec.name, weights.evidence_window)
+        if record is None or record.samples == 0:
+            success_rate, latency, samples = (
+                weights.default_success_rate,
+                profile.latency_ms or 0,
+                0,
+            )
+        else:
+            success_rate, latency, samples = record.success_rate, record.latency_ms, record.samples
+        base = (
+            (1 / max(cost, 1)) * weights.cost
+            + (weights.deterministic if deterministic else 0)
+            + (weights.composable if composable else 0)
+        )
+        evidence = (
+            success_rate * weights.success_rate
+            - min(latency / 100 * weights.latency_per_100ms, weights.latency_cap)
+            - (1 - success_rate) * weights.failure_ratio
+        )
+        penalty = weights.side_effects if side_effects else 0.0
+        final = base + evidence - penalty + candidate.mapping_weight
+        return Score(spec.name, candidate.capability, round(base, 6), round(evidence, 6),
+                     penalty, candidate.mapping_weight, round(final, 6), success_rate, latency,
+                     samples)  # fmt: skip

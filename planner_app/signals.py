@@ -1,0 +1,43 @@
+"""Every change to the planner's rows becomes a new rule-set version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models.signals import m2m_changed, post_delete, post_save
+
+from planner_app import models
+from planner_app.rulesets import schedule_version
+
+VERSIONED = (
+    models.Capability,
+    models.IntentRule,
+    models.CapabilityMapping,
+    models.ToolProfile,
+    models.ScoringWeights,
+)
+
+
+def _saved(sender: type, instance: Any, created: bool, **kwargs: Any) -> None:
+    schedule_version(f"{'added' if created else 'changed'} {sender.__name__} {instance}")
+
+
+def _deleted(sender: type, instance: Any, **kwargs: Any) -> None:
+    schedule_version(f"deleted {sender.__name__} {instance}")
+
+
+def _links_changed(sender: type, instance: Any, action: str, **kwargs: Any) -> None:
+    if action in ("post_add", "post_remove", "post_clear"):
+        schedule_version(f"changed {type(instance).__name__} {instance}")
+
+
+def connect() -> None:
+    for model in VERSIONED:
+        post_save.connect(_saved, sender=model, dispatch_uid=f"version-save-{model.__name__}")
+        post_delete.connect(_deleted, sender=model, dispatch_uid=f"version-del-{model.__name__}")
+    for through in (
+        models.Capability.subsumes.through,
+        models.Capability.depends_on.through,
+        models.IntentRule.capabilities.through,
+    ):
+        m2m_changed.connect(_links_changed, sender=through, dispatch_uid=f"version-m2m-{through}")
