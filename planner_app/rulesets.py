@@ -111,16 +111,17 @@ def schedule_version(change: str, user: Any = None) -> None:
     if getattr(_pending, "suppressed", False):
         return
     changes = getattr(_pending, "changes", None)
-    if changes is None:
-        changes = _pending.changes = []
+    if changes is not None:
+        changes.append(change)
+        return
+    _pending.changes = [change]
 
-        def commit() -> None:
-            pending, _pending.changes = _pending.changes, None
-            if pending:
-                record_version("; ".join(dict.fromkeys(pending)), user)
+    def commit() -> None:
+        pending, _pending.changes = _pending.changes, None
+        if pending:
+            record_version("; ".join(dict.fromkeys(pending)), user)
 
-        transaction.on_commit(commit)
-    changes.append(change)
+    transaction.on_commit(commit)  # outside a transaction, this runs at once
 
 
 def _touch_stamp() -> None:

@@ -1,0 +1,32 @@
+"""Planner fixtures: the shipped rules present, and no rule set cached from another test."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+
+import pytest
+from django.apps import apps
+
+from planner_app import rulesets
+from planner_app.models import IntentRule
+
+
+@pytest.fixture(autouse=True)
+def fresh_ruleset_cache() -> Iterator[None]:
+    """Forget the cached rule set: each test's database has its own versions."""
+    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    yield
+    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+
+
+@pytest.fixture
+def default_rules(db: None) -> None:
+    """Make sure the shipped rules exist (a transactional test before may have flushed them)."""
+    if not IntentRule.objects.exists():
+        migration = importlib.import_module("planner_app.migrations.0002_default_rules")
+        rulesets._pending.suppressed = True
+        try:
+            migration.add_defaults(apps, None)
+        finally:
+            rulesets._pending.suppressed = False

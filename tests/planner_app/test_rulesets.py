@@ -1,0 +1,127 @@
+"""Rule-set versions: every change a version, rollback, diff, and live reload across processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import transaction
+
+from planner_app import rulesets
+from planner_app.models import Capability, IntentRule, RuleSetVersion
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.django_db
+def test_it_ships_the_default_rules(default_rules: None) -> None:
+    ruleset = rulesets.current_ruleset()
+    assert len(ruleset.rules) >= 21
+    names = {rule.name for rule in ruleset.rules}
+    assert {"sum-zh", "sum-en", "hashing", "base64", "datetime", "regex"} <= names
+    assert ruleset.capabilities["Summation"].subsumes == ("Arithmetic",)
+    tools_for = {m.capability: m.tool for m in ruleset.mappings}
+    assert (tools_for["Summation"], tools_for["Hashing"]) == ("calculator", "hash_tool")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_makes_one_version_per_saved_change(default_rules: None) -> None:
+    first = rulesets.current_ruleset().version
+    with transaction.atomic():
+        rule = IntentRule.objects.get(name="hashing")
+        rule.keywords = [*rule.keywords, "digest"]
+        rule.save()
+        rule.capabilities.add(Capability.objects.get(name="Base64"))
+    latest = RuleSetVersion.objects.order_by("-number").first()
+    assert latest.number == first + 1
+    assert latest.change == "changed IntentRule hashing"
+    assert (
+        "digest" in next(r for r in latest.snapshot["rules"] if r["name"] == "hashing")["keywords"]
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_reloads_after_a_change_and_not_before(
+    default_rules: None, django_assert_num_queries: Any
+) -> None:
+    before = rulesets.current_ruleset()
+    with django_assert_num_queries(0):
+        assert rulesets.current_ruleset() is before
+    IntentRule.objects.filter(name="regex").update(enabled=False)  # no signal: a raw update
+    IntentRule.objects.get(name="regex").save()
+    after = rulesets.current_ruleset()
+    assert after.version == before.version + 1
+    assert "regex" not in {rule.name for rule in after.ordered_rules}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_rolls_back_to_an_older_version(default_rules: None) -> None:
+    original = rulesets.current_ruleset().version
+    IntentRule.objects.get(name="regex").delete()
+    assert "regex" not in {r.name for r in rulesets.current_ruleset().rules}
+    restored = rulesets.rollback(original)
+    assert restored.change == f"rolled back to v{original}"
+    ruleset = rulesets.current_ruleset()
+    assert ruleset.version == restored.number
+    assert "regex" in {r.name for r in ruleset.rules}
+    assert IntentRule.objects.get(name="regex").capabilities.get().name == "Regex"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_lists_what_changed_between_two_versions(default_rules: None) -> None:
+    old = rulesets.current_ruleset().version
+    IntentRule.objects.filter(name="regex").delete()
+    rule = IntentRule.objects.get(name="hashing")
+    rule.priority = 1
+    rule.save()
+    new = RuleSetVersion.objects.order_by("-number").first()
+    lines = rulesets.diff(RuleSetVersion.objects.get(number=old).snapshot, new.snapshot)
+    assert lines == ["~ rule hashing: priority", "- rule regex"]
+
+
+PLANNER_PROCESS = """
+import os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ares_site.settings")
+import django
+django.setup()
+from planner_app.rulesets import current_ruleset
+for line in sys.stdin:
+    rules = current_ruleset().ordered_rules
+    print(current_ruleset().version, "hashing" in {r.name for r in rules}, flush=True)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_process_sees_a_change_on_its_next_call(default_rules: None) -> None:
+    rulesets.current_ruleset()
+    db = settings.DATABASES["default"]
+    url = (
+        f"sqlite:///{db['NAME']}"
+        if db["ENGINE"].endswith("sqlite3")
+        else f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    )
+    env = {**os.environ, "DATABASE_URL": url, "SECRET_KEY": "tests-only",
+           "ARES_VAR_DIR": str(settings.VAR_DIR),
+           "ARES_PLANNER_RELOAD_CHECK_MS": "3600000"}  # fmt: skip
+    other = subprocess.Popen(
+        [sys.executable, "-c", PLANNER_PROCESS], cwd=ROOT, env=env, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        other.stdin.write("plan\n")
+        other.stdin.flush()
+        version, has_hashing = other.stdout.readline().split()
+        assert has_hashing == "True"
+        IntentRule.objects.filter(name="hashing").first().delete()
+        other.stdin.write("plan\n")
+        other.stdin.flush()
+        new_version, has_hashing = other.stdout.readline().split()
+        assert int(new_version) == int(version) + 1 and has_hashing == "False"
+    finally:
+        other.kill()
+        other.wait(timeout=10)
