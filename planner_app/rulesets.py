@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -106,10 +108,21 @@ def record_version(change: str, user: Any = None) -> models.RuleSetVersion:
     return version
 
 
+@contextmanager
+def acting_user(user: Any) -> Iterator[None]:
+    """Attribute the versions made inside the block to `user` (the admin's request)."""
+    _pending.user = user
+    try:
+        yield
+    finally:
+        _pending.user = None
+
+
 def schedule_version(change: str, user: Any = None) -> None:
     """Record one version when the current transaction commits, however many rows changed."""
     if getattr(_pending, "suppressed", False):
         return
+    user = user or getattr(_pending, "user", None)
     changes = getattr(_pending, "changes", None)
     if changes is not None:
         changes.append(change)

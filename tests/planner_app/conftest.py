@@ -9,7 +9,7 @@ import pytest
 from django.apps import apps
 
 from planner_app import rulesets
-from planner_app.models import IntentRule
+from planner_app.models import IntentRule, RuleSetVersion
 
 
 @pytest.fixture(autouse=True)
@@ -30,3 +30,6 @@ def default_rules(db: None) -> None:
             migration.add_defaults(apps, None)
         finally:
             rulesets._pending.suppressed = False
+        # A flush re-ran post_migrate on empty tables; make the shipped rules version 1.
+        RuleSetVersion.objects.all().delete()
+        rulesets.record_version("initial rule set")
