@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
 
+from planner_app.api import router as planner_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
 from traces_app.bodies import JsonBodyParser
@@ -28,6 +29,7 @@ api = NinjaAPI(
 )
 api.add_router("/", traces_router)
 api.add_router("/", tools_router)
+api.add_router("/", planner_router)
 
 
 @api.exception_handler(AuthenticationError)

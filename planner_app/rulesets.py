@@ -123,17 +123,20 @@ def schedule_version(change: str, user: Any = None) -> None:
     if getattr(_pending, "suppressed", False):
         return
     user = user or getattr(_pending, "user", None)
-    changes = getattr(_pending, "changes", None)
-    if changes is not None:
-        changes.append(change)
+    connection = transaction.get_connection()
+    waiting = getattr(_pending, "commit", None)
+    if waiting is not None and any(entry[1] is waiting for entry in connection.run_on_commit):
+        _pending.changes.append(change)  # this transaction already has a version coming
         return
+    # No version waiting for this transaction (none yet, or it was rolled back): start one.
     _pending.changes = [change]
 
     def commit() -> None:
-        pending, _pending.changes = _pending.changes, None
+        pending, _pending.changes, _pending.commit = _pending.changes, [], None
         if pending:
             record_version("; ".join(dict.fromkeys(pending)), user)
 
+    _pending.commit = commit
     transaction.on_commit(commit)  # outside a transaction, this runs at once
 
 

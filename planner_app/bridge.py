@@ -1,0 +1,101 @@
+"""The Bridge: the one fork between the LLM's own tool calls (Path 1) and the planner (Path 2).
+
+tool named and registered      -> run it (and, when asked, plan if it fails)
+tool named but unknown         -> record the miss, plan from the request
+no tool, but a request         -> plan from the request
+neither                        -> a clear error
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from planner_app.pipeline.planner import Plan
+from planner_app.services import plan_request
+from tools_app.engine import CallContext
+from tools_app.runtime import get_engine
+from tools_app.specs import ErrorKind, ToolCall, ToolError, ToolResult
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BridgeResult:
+    """What the Bridge did: the path taken, the results in order, and the plan if one ran."""
+
+    path: str  # direct, planner, fallback or error
+    results: list[ToolResult] = field(default_factory=list)
+    plan: Plan | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return bool(self.results) and self.results[-1].success
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "success": self.success,
+            "results": [result.as_dict() for result in self.results],
+            "plan": self.plan.as_dict() if self.plan else None,
+            "warnings": self.warnings,
+        }
+
+
+def execute(
+    tool: str | None,
+    arguments: Any,
+    request: str,
+    context: CallContext | None = None,
+    *,
+    call_id: str = "",
+    fallback: bool = True,
+) -> BridgeResult:
+    """Run a call the way the decision table says, recording every attempt."""
+    context = context or CallContext()
+    context = replace(context, request_text=context.request_text or request)
+    engine = get_engine()
+    if tool:
+        if tool in engine.registry:
+            result = engine.execute(ToolCall(tool, arguments, call_id), context)
+            if result.success or not fallback or not request.strip():
+                return BridgeResult("direct", [result])
+            outcome = _run_plan(request, context, path="fallback", exclude=result.tool)
+            outcome.results.insert(0, result)
+            outcome.warnings.insert(
+                0, f"{result.tool} failed ({result.error.kind}); planned instead"
+            )
+            return outcome
+        # Record the model's miss as its own not_found span before planning.
+        missed = engine.execute(ToolCall(tool, arguments, call_id), context)
+        if not request.strip():
+            return BridgeResult("direct", [missed])
+        outcome = _run_plan(request, context, path="planner")
+        outcome.warnings.insert(0, f"no tool named {tool!r}; planned from the request instead")
+        return outcome
+    if request.strip():
+        return _run_plan(request, context, path="planner")
+    error = ToolError(ErrorKind.INVALID_ARGUMENTS, "name a tool or give the user's request")
+    return BridgeResult("error", [ToolResult(call_id, "", False, error=error, text=error.message)])
+
+
+def _run_plan(request: str, context: CallContext, *, path: str, exclude: str = "") -> BridgeResult:
+    """Plan from the request and run its steps in order, each through the engine."""
+    plan = plan_request(request)
+    steps = [step for step in plan.steps if step.tool != exclude]
+    if not steps:
+        reason = plan.reason if plan.needs_llm else f"the plan offers nothing but {exclude}"
+        error = ToolError(ErrorKind.NOT_FOUND, f"the planner found no tool: {reason}")
+        return BridgeResult(path, [ToolResult("", "", False, error=error, text=error.message)],
+                            plan)  # fmt: skip
+    planned = replace(context, chosen_by="planner")
+    engine = get_engine()
+    outcome = BridgeResult(path, plan=plan)
+    for step in steps:
+        result = engine.execute(ToolCall(step.tool, step.arguments, step.step_id), planned)
+        outcome.results.append(result)
+        if not result.success:
+            break
+    return outcome

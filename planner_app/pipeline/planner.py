@@ -1,0 +1,188 @@
+"""The planner (Path 2): request -> intent -> capabilities -> tools -> scores -> arguments.
+
+Deterministic and explainable: every plan carries what matched, what was considered,
+each candidate's score broken down, what was chosen and why anything was rejected.
+Each stage is an object with one method, so any of them can be replaced.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner_app.pipeline.analysis import Intent, SemanticAnalyzer
+from planner_app.pipeline.extraction import extract_arguments
+from planner_app.pipeline.planning import CapabilityPlanner
+from planner_app.pipeline.resolution import ToolResolver
+from planner_app.pipeline.ruleset import RuleSet
+from planner_app.pipeline.scoring import EvidenceSource, Score, ToolScorer
+from tools_app.registry import ToolRegistry
+from tools_app.validation import ArgumentsError, validate_arguments
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    step_id: str
+    tool: str
+    capability: str
+    arguments: dict[str, Any]
+    depends_on: tuple[str, ...] = ()
+    fallback_tools: tuple[str, ...] = ()
+
+
+@dataclass
+class Plan:
+    """What to run for a request, and the whole reasoning behind it."""
+
+    plan_id: str
+    request: str
+    ruleset_version: int
+    intent: Intent
+    steps: list[PlanStep]
+    needs_llm: bool
+    reason: str
+    explanation: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_multi_step(self) -> bool:
+        return len(self.steps) > 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "plan_id": self.plan_id,
+            "request": self.request,
+            "ruleset_version": self.ruleset_version,
+            "goal": self.intent.goal,
+            "capabilities": list(self.intent.capabilities),
+            "steps": [
+                step.__dict__
+                | {"depends_on": list(step.depends_on), "fallback_tools": list(step.fallback_tools)}
+                for step in self.steps
+            ],  # fmt: skip
+            "is_multi_step": self.is_multi_step,
+            "needs_llm": self.needs_llm,
+            "reason": self.reason,
+            "explanation": self.explanation,
+        }
+
+
+def no_evidence(tool: str, window: int) -> None:
+    """An evidence source that knows nothing: every tool gets the defaults."""
+    return None
+
+
+class Planner:
+    def __init__(
+        self,
+        analyzer: SemanticAnalyzer | None = None,
+        capability_planner: CapabilityPlanner | None = None,
+        resolver: ToolResolver | None = None,
+        scorer: ToolScorer | None = None,
+    ) -> None:
+        self.analyzer = analyzer or SemanticAnalyzer()
+        self.capability_planner = capability_planner or CapabilityPlanner()
+        self.resolver = resolver or ToolResolver()
+        self.scorer = scorer or ToolScorer()
+
+    def plan(
+        self,
+        request: str,
+        registry: ToolRegistry,
+        ruleset: RuleSet,
+        evidence_of: EvidenceSource = no_evidence,
+    ) -> Plan:
+        """Return the plan for a request; needs_llm with a reason when it cannot make one."""
+        intent = self.analyzer.analyze(request, ruleset)
+        capability_plan = self.capability_planner.plan(intent.capabilities, ruleset)
+        explanation: dict[str, Any] = {
+            "rules_matched": [
+                {"rule": m.rule, "matched": list(m.matched), "capabilities": list(m.capabilities)}
+                for m in intent.matches
+            ],
+            "capabilities": list(capability_plan.required),
+            "capabilities_dropped": [
+                {"capability": c, "why": w} for c, w in capability_plan.dropped
+            ],
+            "candidates": {},
+            "rejected": [],
+        }
+        plan = Plan(uuid.uuid4().hex, request, ruleset.version, intent, [], True, "", explanation)
+        if not capability_plan.required:
+            plan.reason = "no rule matched the request; needs the LLM"
+            return plan
+        step_of: dict[str, str] = {}
+        for index, capability in enumerate(capability_plan.required, start=1):
+            scores = self._ranked(capability, registry, ruleset, evidence_of, explanation)
+            if not scores:
+                explanation["rejected"].append(
+                    {"capability": capability, "why": "no registered, enabled tool offers it"}
+                )
+                continue
+            step = self._step(f"step_{index}", capability, scores, request, registry, explanation)
+            if step is None:
+                continue
+            depends = tuple(
+                step_of[d] for d in capability_plan.depends_on[capability] if d in step_of
+            )
+            plan.steps.append(PlanStep(step.step_id, step.tool, capability, step.arguments,
+                                       depends, step.fallback_tools))  # fmt: skip
+            step_of[capability] = step.step_id
+        plan.needs_llm = not plan.steps
+        if plan.steps:
+            plan.reason = "; ".join(f"{s.step_id}: {s.tool} for {s.capability}" for s in plan.steps)
+        else:
+            reasons = [r["why"] for r in explanation["rejected"]]
+            plan.reason = (reasons[-1] if reasons else "no tool fits") + "; needs the LLM"
+        return plan
+
+    def _ranked(
+        self,
+        capability: str,
+        registry: ToolRegistry,
+        ruleset: RuleSet,
+        evidence_of: EvidenceSource,
+        explanation: dict[str, Any],
+    ) -> list[Score]:
+        candidates, rejected = self.resolver.resolve(capability, registry, ruleset)
+        for tool, why in rejected:
+            explanation["rejected"].append({"capability": capability, "tool": tool, "why": why})
+        scores = sorted(
+            (self.scorer.score(c, ruleset, evidence_of) for c in candidates),
+            key=lambda s: (-s.final, s.tool),
+        )
+        explanation["candidates"][capability] = [score.as_dict() for score in scores]
+        return scores
+
+    def _step(
+        self,
+        step_id: str,
+        capability: str,
+        scores: list[Score],
+        request: str,
+        registry: ToolRegistry,
+        explanation: dict[str, Any],
+    ) -> PlanStep | None:
+        """Return a step with the best-scoring tool whose arguments can be read from the request."""
+        for position, score in enumerate(scores):
+            extraction = extract_arguments(score.tool, request)
+            why = extraction.reason
+            if not extraction.needs_llm:
+                try:
+                    arguments = validate_arguments(
+                        registry.get(score.tool).parameters, extraction.arguments
+                    ).arguments
+                except ArgumentsError as exc:
+                    why = f"extracted arguments are invalid: {exc}"
+                else:
+                    fallbacks = tuple(s.tool for s in scores[position + 1 :])
+                    explanation.setdefault("arguments", {})[step_id] = {
+                        "tool": score.tool,
+                        "arguments": arguments,
+                        "how": extraction.reason,
+                    }
+                    return PlanStep(step_id, score.tool, capability, arguments, (), fallbacks)
+            explanation["rejected"].append(
+                {"capability": capability, "tool": score.tool, "why": why}
+            )
+        return None
