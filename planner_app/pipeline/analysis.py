@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from planner_app.pipeline.ruleset import RuleSet
 
 MAX_REQUEST_CHARS = 4000
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _singulars(word: str) -> tuple[str, ...]:
+    """Return what a plural word could be the plural of: sums -> sum, boxes -> box."""
+    if word.endswith("es") and len(word) > 3:
+        return (word[:-1], word[:-2])
+    if word.endswith("s") and len(word) > 2:
+        return (word[:-1],)
+    return ()
 
 
 @dataclass(frozen=True)
@@ -32,14 +43,23 @@ class SemanticAnalyzer:
 
     def analyze(self, request: str, ruleset: RuleSet) -> Intent:
         text = request[:MAX_REQUEST_CHARS]
+        found: dict[int, list[str]] = {}  # position in ordered_rules -> what matched
+        for word in _WORD.findall(text):
+            lowered = word.lower()
+            for key in dict.fromkeys((lowered, *_singulars(lowered))):
+                for position in ruleset.word_index.get(key, ()):
+                    found.setdefault(position, []).append(word)
+        for keyword, position in ruleset.substring_rules:
+            if keyword in text:
+                found.setdefault(position, []).append(keyword)
+        for matcher, position in ruleset.regex_rules:
+            for match in matcher.finditer(text):
+                found.setdefault(position, []).append(match.group(0))
         matches = []
-        for rule in ruleset.ordered_rules:
-            matcher = rule.matcher
-            if matcher is None:
-                continue
-            found = tuple(dict.fromkeys(m.group(0) for m in matcher.finditer(text)))
-            if found:
-                matches.append(RuleMatch(rule.name, found, rule.capabilities, rule.priority))
+        for position in sorted(found):
+            rule = ruleset.ordered_rules[position]
+            hits = tuple(dict.fromkeys(found[position]))
+            matches.append(RuleMatch(rule.name, hits, rule.capabilities, rule.priority))
         capabilities = tuple(dict.fromkeys(c for match in matches for c in match.capabilities))
         goal = next((rule.goal for rule in ruleset.ordered_rules
                      if rule.goal and any(m.rule == rule.name for m in matches)), "")  # fmt: skip

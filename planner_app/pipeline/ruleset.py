@@ -12,6 +12,7 @@ from functools import cached_property
 
 # English keywords match whole words, plurals too; anything else (Chinese) as a substring.
 _LATIN_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _'-]*$")
+_SINGLE_WORD = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -28,22 +29,27 @@ class IntentRule:
     enabled: bool = True
 
     @cached_property
+    def words(self) -> tuple[str, ...]:
+        """Return the single English words of the rule, lowercased, for the word index."""
+        return tuple(k.strip().lower() for k in self.keywords if _SINGLE_WORD.match(k.strip()))
+
+    @cached_property
+    def substrings(self) -> tuple[str, ...]:
+        """Return the keywords matched as substrings (Chinese and other scripts)."""
+        return tuple(
+            k.strip() for k in self.keywords if k.strip() and not _LATIN_WORD.match(k.strip())
+        )
+
+    @cached_property
     def matcher(self) -> re.Pattern[str] | None:
-        """Return one compiled regex for every keyword and pattern of the rule."""
-        parts = []
-        for keyword in self.keywords:
-            keyword = keyword.strip()
-            if not keyword:
-                continue
-            if _LATIN_WORD.match(keyword):
-                # \b...(s|es)?\b: "sum" and "sums" match, "summary" does not.
-                parts.append(rf"\b{re.escape(keyword)}(?:s|es)?\b")
-            else:
-                parts.append(re.escape(keyword))
+        """Return a regex for what the indexes can't do: phrases and the rule's own patterns."""
+        parts = [
+            rf"\b{re.escape(k.strip())}(?:s|es)?\b"
+            for k in self.keywords
+            if _LATIN_WORD.match(k.strip()) and not _SINGLE_WORD.match(k.strip())
+        ]
         parts.extend(f"(?:{pattern})" for pattern in self.patterns)
-        if not parts:
-            return None
-        return re.compile("|".join(parts), re.IGNORECASE)
+        return re.compile("|".join(parts), re.IGNORECASE) if parts else None
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,34 @@ class RuleSet:
     def ordered_rules(self) -> tuple[IntentRule, ...]:
         """Return the enabled rules, most specific (lowest priority number) first."""
         return tuple(sorted((r for r in self.rules if r.enabled), key=lambda r: r.priority))
+
+    @cached_property
+    def word_index(self) -> dict[str, tuple[int, ...]]:
+        """Map each English keyword to the positions in ordered_rules of the rules that have it.
+
+        With an index, a request costs one look-up per word, however many rules there are.
+        """
+        index: dict[str, list[int]] = {}
+        for position, rule in enumerate(self.ordered_rules):
+            for word in rule.words:
+                index.setdefault(word, []).append(position)
+        return {word: tuple(positions) for word, positions in index.items()}
+
+    @cached_property
+    def substring_rules(self) -> tuple[tuple[str, int], ...]:
+        return tuple(
+            (keyword, position)
+            for position, rule in enumerate(self.ordered_rules)
+            for keyword in rule.substrings
+        )
+
+    @cached_property
+    def regex_rules(self) -> tuple[tuple[re.Pattern[str], int], ...]:
+        return tuple(
+            (rule.matcher, position)
+            for position, rule in enumerate(self.ordered_rules)
+            if rule.matcher is not None
+        )
 
     def __hash__(self) -> int:  # cached_property needs a dict; version identifies the set
         return hash(self.version)
