@@ -1,4 +1,4 @@
-"""The shipped rule set: 22 bilingual rules, their capabilities, and mappings to built-in tools."""
+"""The shipped rule set: bilingual rules, their capabilities, and mappings to built-in tools."""
 
 from django.db import migrations
 
@@ -59,6 +59,24 @@ RULES = [
     ("planning", ["plan", "schedule", "规划"], ["TaskPlanning"], "plan tasks"),
     ("datetime", ["date", "timezone", "时间", "日期", "时区", "几点"], ["DateTime"],
      "tell the time"),
+    # Beyond the 22: the everyday ways people ask for arithmetic and text work.
+    ("math-words", ["power", "squared", "cubed", "square", "root", "sqrt", "cube", "times",
+                    "minus", "divided", "multiplied", "multiply", "divide", "subtract",
+                    "difference", "half", "double", "percent", "mod", "remainder", "log", "ln",
+                    "sin", "cos", "tan", "absolute", "area", "circumference", "hypotenuse",
+                    "max", "min", "maximum", "minimum", "smallest", "largest", "product",
+                    "greatest common", "hcf", "gcf", "least common", "lowest common",
+                    "deviation", "radius"], ["Arithmetic"], "calculate"),
+    ("math-words-zh", ["加", "减", "乘", "除以", "幂", "次方", "平方", "立方", "根号", "开方",
+                       "公因数", "最大值", "最小值", "乘积", "中位数", "倍", "一半", "百分之",
+                       "对数", "绝对值", "正弦", "余弦", "正切", "面积", "周长", "斜边", "取模",
+                       "余数", "之和", "总和", "等于几", "选法", "排法", "多少种"],
+     ["Arithmetic"], "calculate"),
+    ("text-words", ["length", "characters", "title", "replace", "substring", "长度", "字符",
+                    "反转", "倒过来", "首尾空格", "分割", "标题"], ["StringManipulation"],
+     "change text"),
+    ("hash-words", ["checksum", "digest"], ["Hashing"], "hash text"),
+    ("json-words", ["validate", "minify"], ["JSONProcessing"], "process JSON"),
 ]  # fmt: skip
 
 PATTERNS = {
@@ -66,6 +84,10 @@ PATTERNS = {
     "arithmetic": [r"\d\s*[-+*/^%]\s*\(*\s*\d", r"sqrt\s*\(", r"次方|平方|立方|根号|乘以|除以"],
     # "time" alone would take "3 times 4"; ask for the ways people ask the time.
     "datetime": [r"\b(what|current) time\b", r"\btime (in|zone|now)\b"],
+    # 7!, C(10,3), 52C5, 15%, √49, 3², （3＋4）×５, "2 to the 8th".
+    "math-words": [r"\d\s*!", r"\b[CPA]\(\s*\d", r"\d\s*[CP]\s*\d", r"\d\s*%",
+                   r"[√²³×÷＋－]", r"\d(st|nd|rd|th)\b"],
+    "hash-words": [r"\bsha-?(1|256|512)\b", r"\bmd-?5\b"],
 }
 
 MAPPINGS = {

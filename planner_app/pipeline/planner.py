@@ -133,7 +133,8 @@ class Planner:
             plan.reason = "; ".join(f"{s.step_id}: {s.tool} for {s.capability}" for s in plan.steps)
         else:
             reasons = [r["why"] for r in explanation["rejected"]]
-            plan.reason = (reasons[-1] if reasons else "no tool fits") + "; needs the LLM"
+            reason = reasons[-1] if reasons else "no tool fits"
+            plan.reason = reason if reason.endswith("needs the LLM") else f"{reason}; needs the LLM"
         return plan
 
     def _ranked(
