@@ -19,7 +19,10 @@ from planner_app.models import (
     RuleSetVersion,
     ScoringWeights,
     ToolProfile,
+    Workflow,
+    WorkflowRun,
 )
+from planner_app.workflow_runs import start_run
 
 
 class VersionedAdmin(admin.ModelAdmin):
@@ -158,3 +161,60 @@ class RuleSetVersionAdmin(admin.ModelAdmin):
             return
         version = rulesets.rollback(queryset.get().number, request.user)
         self.message_user(request, f"Rolled back: now v{version.number} ({version.change}).")
+
+
+class RunInline(admin.TabularInline):
+    model = WorkflowRun
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ["created_at", "status", "started_at", "ended_at", "trace_id"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(admin.ModelAdmin):
+    list_display = ["name", "description", "updated_at"]
+    search_fields = ["name", "description"]
+    inlines = [RunInline]
+    actions = ["run_now", "run_in_background"]
+
+    @admin.action(description="Run now (in this request)")
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+        for workflow in queryset:
+            run = start_run(workflow, background=False)
+            level = messages.SUCCESS if run.status == "success" else messages.WARNING
+            self.message_user(request, f"{workflow}: {run.status} (run {run.pk})", level)
+
+    @admin.action(description="Run in the background (Celery worker)")
+    def run_in_background(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+        for workflow in queryset:
+            run = start_run(workflow, background=True)
+            self.message_user(request, f"{workflow}: queued as run {run.pk}")
+
+
+@admin.register(WorkflowRun)
+class WorkflowRunAdmin(admin.ModelAdmin):
+    list_display = ["workflow", "created_at", "status", "started_at", "ended_at", "trace_id"]
+    list_filter = ["status", "workflow"]
+    readonly_fields = ["workflow", "status", "trace_id", "created_at", "started_at",
+                       "ended_at", "error", "steps"]  # fmt: skip
+    exclude = ["progress"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="Steps")
+    def steps(self, run: WorkflowRun) -> str:
+        rows = [
+            (s.get("step_id"), s.get("tool"), s.get("status"), s.get("error") or "",
+             s.get("started_at") or "", s.get("ended_at") or "")
+            for s in run.progress.get("steps", [])
+        ]  # fmt: skip
+        return format_html_join("", "<div><b>{}</b> {} — {} {} <small>{} → {}</small></div>", rows)

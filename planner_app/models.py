@@ -1,4 +1,4 @@
-"""The planner's rules as database rows: edited in the admin, versioned, live in every process."""
+"""The planner's rules (versioned, live in every process) and saved workflows with their runs."""
 
 from __future__ import annotations
 
@@ -160,3 +160,71 @@ class RuleSetVersion(models.Model):
 
     def __str__(self) -> str:
         return f"v{self.number}: {self.change}"
+
+
+class Workflow(models.Model):
+    """A named DAG of tool steps (Path 3), stored as the JSON that workflows.py reads."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    definition = models.JSONField(
+        help_text='{"steps": [{"id": "s1", "tool": "calculator", "arguments": {...}, '
+        '"depends_on": [], "fallback_tools": [], "request": "what the step is for"}], '
+        '"max_steps": 20, "max_parallel": 4}; arguments may use {$s1.result}',
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        self.updated_at = timezone.now()
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        from planner_app.workflows import WorkflowError, validate_workflow
+        from tools_app.runtime import get_engine
+
+        try:
+            workflow = self.as_workflow()
+        except WorkflowError as exc:
+            raise ValidationError({"definition": [str(p) for p in exc.problems]}) from None
+        problems = validate_workflow(workflow, get_engine().registry)
+        if problems:
+            raise ValidationError({"definition": [p.message for p in problems]})
+
+    def as_workflow(self) -> Any:
+        """Return the workflow this row defines; WorkflowError if the JSON is malformed."""
+        from planner_app.workflows import workflow_from_json
+
+        definition = self.definition if isinstance(self.definition, dict) else {"steps": None}
+        return workflow_from_json({**definition, "name": self.name})
+
+
+class WorkflowRun(models.Model):
+    """One run of a workflow, with per-step progress saved while it runs."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        SUCCESS = "success"
+        PARTIAL_FAILURE = "partial_failure"
+        FAILED = "failed"
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="runs")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    trace_id = models.CharField(max_length=32)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    progress = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} run {self.pk} ({self.status})"

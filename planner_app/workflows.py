@@ -69,6 +69,8 @@ class WorkflowStep:
     arguments: dict[str, Any]
     depends_on: tuple[str, ...] = ()
     fallback_tools: tuple[str, ...] = ()
+    # What the step is for, in words: the planner's input when the tool is missing or fails.
+    request: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ _STEP_FIELDS: dict[str, type] = {
     "arguments": dict,
     "depends_on": list,
     "fallback_tools": list,
+    "request": str,
 }
 _JSON_NAMES = {str: "a string", int: "an integer", list: "an array", dict: "an object"}
 
@@ -181,6 +184,7 @@ def workflow_to_json(workflow: Workflow) -> dict[str, Any]:
                 "arguments": step.arguments,
                 "depends_on": list(step.depends_on),
                 "fallback_tools": list(step.fallback_tools),
+                **({"request": step.request} if step.request else {}),
             }
             for step in workflow.steps
         ],
@@ -194,6 +198,7 @@ def _step_from_json(data: dict[str, Any]) -> WorkflowStep:
         arguments=data.get("arguments", {}),
         depends_on=tuple(data.get("depends_on", ())),
         fallback_tools=tuple(data.get("fallback_tools", ())),
+        request=data.get("request", ""),
     )
 
 

@@ -426,7 +426,7 @@ def test_it_lists_every_json_problem_with_its_path() -> None:
         ("steps[0].arguments", "expected an object, got an array"),
         (
             "steps[0].colour",
-            "unknown field (allowed: id, tool, arguments, depends_on, fallback_tools)",
+            "unknown field (allowed: id, tool, arguments, depends_on, fallback_tools, request)",
         ),
         ("steps[1]", "expected an object, got a string"),
         ("steps[2]", "missing field 'id'"),

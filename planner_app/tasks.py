@@ -1,0 +1,13 @@
+"""Background work of planner_app. Thin tasks: take ids, call a plain function."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from planner_app.workflow_runs import execute_run
+
+
+@shared_task
+def run_workflow_task(run_pk: int) -> None:
+    """Run a saved workflow (long ones belong on a worker); progress is saved on the run."""
+    execute_run(run_pk)

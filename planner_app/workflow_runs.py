@@ -1,0 +1,78 @@
+"""Running saved workflows: every step through the Bridge and the engine, progress saved."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from planner_app import bridge
+from planner_app.models import Workflow, WorkflowRun
+from planner_app.workflows import WorkflowStep, run_workflow
+from tools_app.engine import CallContext
+from tools_app.specs import ToolResult
+
+T = TypeVar("T")
+
+
+def start_run(workflow: Workflow, *, background: bool) -> WorkflowRun:
+    """Create a run and execute it now, or hand it to a Celery worker after the commit."""
+    from planner_app.tasks import run_workflow_task
+
+    run = WorkflowRun.objects.create(workflow=workflow, trace_id=secrets.token_hex(16))
+    if background:
+        transaction.on_commit(lambda: run_workflow_task.delay(run.pk))
+    else:
+        execute_run(run.pk)
+        run.refresh_from_db()
+    return run
+
+
+def execute_run(run_pk: int) -> None:
+    """Run a saved workflow and save its progress after every step."""
+    run = WorkflowRun.objects.select_related("workflow").get(pk=run_pk)
+    workflow = run.workflow.as_workflow()
+    context = CallContext(
+        trace_id=run.trace_id,
+        chosen_by="workflow",
+        agent=f"workflow:{workflow.name}"[:200],
+        request_text=run.workflow.description,
+    )
+    run.status, run.started_at = WorkflowRun.Status.RUNNING, timezone.now()
+    run.save(update_fields=["status", "started_at"])
+
+    async def run_step(step: WorkflowStep, arguments: dict[str, Any]) -> ToolResult:
+        # The Bridge is synchronous; a missing or failing tool falls back to the planner
+        # with the step's own request.
+        outcome = await asyncio.to_thread(
+            _in_thread, bridge.execute, step.tool, arguments, step.request, context,
+            call_id=step.id, fallback=bool(step.request),
+        )  # fmt: skip
+        return outcome.results[-1]
+
+    async def save_progress(progress: Any) -> None:
+        await asyncio.to_thread(_in_thread, _save_progress, run.pk, progress.as_dict())
+
+    result = asyncio.run(run_workflow(workflow, run_step, registry=None, on_progress=save_progress))
+    WorkflowRun.objects.filter(pk=run.pk).update(
+        status=str(result.status),
+        ended_at=timezone.now(),
+        progress=result.as_dict(),
+        error="; ".join(p.message for p in result.problems),
+    )
+
+
+def _save_progress(run_pk: int, progress: dict[str, Any]) -> None:
+    WorkflowRun.objects.filter(pk=run_pk).update(progress=progress)
+
+
+def _in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call function in a worker thread, closing the thread's database connection after."""
+    try:
+        return function(*args, **kwargs)
+    finally:
+        connections.close_all()
