@@ -171,3 +171,20 @@ def test_a_celery_worker_runs_a_workflow_and_saves_progress(
         time.sleep(0.2)
     assert run.status == "success"
     assert [s["status"] for s in run.progress["steps"]] == ["success", "success"]
+
+
+def test_a_workflow_is_imported_from_json(tmp_path: Path) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    path = tmp_path / "chain.json"
+    path.write_text('{"name": "imported", "steps": [{"id": "a", "tool": "calculator", '
+                    '"arguments": {"expression": "1+1"}}]}')  # fmt: skip
+    out = StringIO()
+    call_command("import_workflow", str(path), stdout=out)
+    assert "saved workflow imported (1 steps)" in out.getvalue()
+    assert Workflow.objects.get(name="imported").definition["steps"][0]["tool"] == "calculator"
+    path.write_text('{"name": "broken", "steps": [{"id": "a", "tool": "nope"}]}')
+    with pytest.raises(CommandError, match="nope"):
+        call_command("import_workflow", str(path))
