@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from ares_site import views
 from ares_site.api import api
@@ -13,4 +13,5 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    path("planner/", include("planner_app.urls")),
 ]

@@ -1,0 +1,153 @@
+"""The planner's pages: try a request (see the plan explained, run it) and backtest rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_http_methods
+
+from planner_app import backtest, bridge
+from planner_app.models import RuleSetVersion
+from planner_app.pipeline.planner import Plan
+from planner_app.pipeline.ruleset import RuleSet
+from planner_app.services import plan_request, recent_evidence
+from tools_app.engine import CallContext
+from tools_app.runtime import get_engine
+
+MAX_REQUEST_CHARS = 4000
+
+
+def read_request_text(value: str | None) -> tuple[str, str]:
+    """Return the request text and an error message ('' when it can be planned)."""
+    text = (value or "").strip()
+    if not text:
+        return "", "Type a request to plan."
+    if len(text) > MAX_REQUEST_CHARS:
+        return "", f"The request is {len(text):,} characters long; the limit is 4,000."
+    return text, ""
+
+
+def explained(plan: Plan) -> dict[str, Any]:
+    """Return the plan's explanation arranged for the template's tables."""
+    explanation = plan.explanation
+    chosen = {step.capability: step.tool for step in plan.steps}
+    how = explanation.get("arguments", {})
+    return {
+        "plan": plan,
+        "rules_matched": explanation["rules_matched"],
+        "capabilities": explanation["capabilities"],
+        "capabilities_dropped": explanation["capabilities_dropped"],
+        "candidates": [
+            {"capability": capability, "scores": scores, "chosen": chosen.get(capability)}
+            for capability, scores in explanation["candidates"].items()
+        ],
+        "steps": [
+            {
+                "step": step,
+                "arguments": as_json(step.arguments),
+                "how": how.get(step.step_id, {}).get("how", ""),
+            }
+            for step in plan.steps
+        ],
+        "rejected": explanation["rejected"],
+    }
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@staff_member_required
+@require_http_methods(["GET", "POST"])
+def try_planner(request: HttpRequest) -> HttpResponse:
+    """Plan a request and show the whole explanation; on POST, run it through the Bridge."""
+    data = request.POST if request.method == "POST" else request.GET
+    context: dict[str, Any] = {"request_text": data.get("request", "")}
+    if "request" not in data:
+        return render(request, "planner_app/try.html", context)
+    text, error = read_request_text(data["request"])
+    if error:
+        context["error"] = error
+        return render(request, "planner_app/try.html", context, status=400)
+    if request.method == "POST":
+        outcome = bridge.execute(
+            None, None, text, CallContext(chosen_by="planner", agent="try-the-planner")
+        )
+        plan = outcome.plan or plan_request(text)
+        context["outcome"] = outcome
+        context["results"] = [
+            {"result": result, "data": as_json(result.data), "error": result.error}
+            for result in outcome.results
+        ]
+    else:
+        plan = plan_request(text)
+    context.update(explained(plan))
+    return render(request, "planner_app/try.html", context)
+
+
+def read_limit(value: str | None) -> tuple[int, str]:
+    """Return N, the number of recorded requests to replay, and an error message."""
+    if value in (None, ""):
+        return backtest.DEFAULT_REQUESTS, ""
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= backtest.MAX_REQUESTS:
+        return 0, f"N must be a whole number from 1 to {backtest.MAX_REQUESTS:,}."
+    return limit, ""
+
+
+@staff_member_required
+@require_http_methods(["GET", "POST"])
+def backtest_rules(request: HttpRequest) -> HttpResponse:
+    """Compare the current rules with an older version or a draft over recent requests.
+
+    The form posts because a pasted draft can be far longer than a URL should be.
+    """
+    current, _ = backtest.current_snapshot()
+    data = request.POST
+    context: dict[str, Any] = {
+        "versions": RuleSetVersion.objects.only("number", "change", "created_at"),
+        "current_version": current.version,
+        "limit": data.get("limit", backtest.DEFAULT_REQUESTS),
+        "selected": data.get("version", ""),
+        "draft": data.get("draft", ""),
+        "max_requests": backtest.MAX_REQUESTS,
+    }
+    if request.method == "GET":
+        return render(request, "planner_app/backtest.html", context)
+    limit, error = read_limit(data.get("limit"))
+    other, label = None, ""
+    if not error:
+        other, label, error = _other_ruleset(data.get("draft", ""), data.get("version", ""))
+    if error:
+        context["error"] = error
+        return render(request, "planner_app/backtest.html", context, status=400)
+    context["report"] = backtest.backtest(
+        backtest.recent_requests(limit),
+        current,
+        other,
+        get_engine().registry,
+        recent_evidence,
+    )
+    context["other_label"] = label
+    return render(request, "planner_app/backtest.html", context)
+
+
+def _other_ruleset(draft: str, version: str) -> tuple[RuleSet | None, str, str]:
+    """Return the rule set to compare with, its label, and an error message."""
+    if draft.strip():
+        try:
+            return backtest.draft_ruleset(draft), "draft", ""
+        except backtest.DraftError as exc:
+            return None, "", f"The draft cannot be used: {exc}"
+    try:
+        number = int(version)
+        return backtest.version_ruleset(number), f"v{number}", ""
+    except (ValueError, RuleSetVersion.DoesNotExist):
+        return None, "", "Choose a recorded version, or paste a draft."

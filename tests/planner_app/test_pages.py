@@ -1,0 +1,133 @@
+"""The planner's pages in a real Chromium: try a request, run it, and backtest a rule change."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from planner_app.models import IntentRule, RuleSetVersion
+from tests.ares_site import conftest as browser_fixtures
+from tests.conftest import make_span
+from traces_app.models import Invocation
+from traces_app.schemas import InvocationIn
+from traces_app.services import record_invocations
+
+pytestmark = pytest.mark.browser
+
+# The site's Chromium fixtures, reused here without moving them.
+browser = browser_fixtures.browser
+page = browser_fixtures.page
+staff_page = browser_fixtures.staff_page
+
+HOSTILE = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned=2'>"
+
+
+def test_it_plans_a_typed_request_and_explains_the_scores(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    staff_page.goto(f"{live_server.url}/")
+    staff_page.click("text=Try the planner")
+    staff_page.fill("#id_request", "what is 2+3*4")
+    staff_page.click("#plan-button")
+    assert staff_page.locator("#steps .chosen-tool").inner_text() == "calculator"
+    assert "arithmetic" in staff_page.locator("#rules-matched").inner_text()
+    scores = staff_page.locator("table.scores[data-capability=Arithmetic]")
+    headers = scores.locator("thead th").all_inner_texts()
+    assert headers[:7] == [
+        "Tool", "Base", "Evidence", "Penalty", "Mapping weight", "Final", "Success rate"
+    ]  # fmt: skip
+    first = scores.locator("tbody tr").first.locator("td").all_inner_texts()
+    assert first[0] == "calculator" and "chosen" in first[-1]
+    assert "2+3*4" in staff_page.locator("#steps").inner_text()
+
+
+def test_it_runs_the_plan_and_shows_the_result(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    staff_page.goto(f"{live_server.url}/planner/try?request={quote('what is 2+3*4')}")
+    staff_page.click("#run-button")
+    cells = staff_page.locator("#results tbody tr").first.locator("td").all_inner_texts()
+    assert cells[1:3] == ["calculator", "yes"]
+    assert "14" in cells[3]
+    call = Invocation.objects.get(tool_name="calculator")
+    assert (call.chosen_by, call.trace.agent) == ("planner", "try-the-planner")
+
+
+def test_it_says_when_a_request_needs_the_llm(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    staff_page.goto(f"{live_server.url}/planner/try?request=tell+me+a+joke")
+    assert "no rule matched" in staff_page.locator("#needs-llm").inner_text()
+    assert staff_page.locator("#steps .chosen-tool").count() == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("   ", "Type a request to plan."), ("x" * 4001, "the limit is 4,000")],
+)
+def test_it_explains_bad_input_instead_of_failing(
+    staff_page: Any, live_server: Any, default_rules: None, text: str, message: str
+) -> None:
+    response = staff_page.goto(f"{live_server.url}/planner/try?request={quote(text)}")
+    assert response.status == 400
+    assert message in staff_page.locator("#error").inner_text()
+
+
+def test_it_shows_a_hostile_request_as_text(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    staff_page.goto(f"{live_server.url}/planner/try?request={quote('reverse ' + HOSTILE)}")
+    assert staff_page.locator("#plan-request").inner_text() == "reverse " + HOSTILE
+    staff_page.click("#run-button")
+    staff_page.wait_for_selector("#results")
+    assert staff_page.locator("#plan-request").inner_text() == "reverse " + HOSTILE
+    assert staff_page.evaluate("window.__pwned") is None
+
+
+def test_it_shows_tool_output_as_text_never_as_markup(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    # The base64 of a script: decoding it makes the tool's own output the markup.
+    encoded = "PHNjcmlwdD53aW5kb3cuX19wd25lZCA9IDE8L3NjcmlwdD4="
+    staff_page.goto(f"{live_server.url}/planner/try?request={quote('base64 decode ' + encoded)}")
+    staff_page.click("#run-button")
+    results = staff_page.locator("#results").inner_text()
+    assert "<script>window.__pwned = 1</script>" in results
+    assert staff_page.evaluate("window.__pwned") is None
+
+
+def test_it_lists_a_request_changed_by_a_rule_change(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    texts = ["base64 encode hello", "what is 2+3*4", HOSTILE]
+    record_invocations([InvocationIn.model_validate(make_span(request_text=t)) for t in texts])
+    old = RuleSetVersion.objects.order_by("-number").first().number
+    rule = IntentRule.objects.get(name="base64")
+    rule.enabled = False
+    rule.save()
+    staff_page.goto(f"{live_server.url}/")
+    staff_page.click("text=Backtest")
+    staff_page.select_option("#id_version", str(old))
+    staff_page.fill("#id_limit", "50")
+    staff_page.click("#backtest-button")
+    assert staff_page.locator("#total").inner_text() == "3"
+    assert staff_page.locator("#changed").inner_text() == "1"
+    assert staff_page.locator("#newly-planned").inner_text() == "1"
+    row = staff_page.locator("#changes tbody tr").first.locator("td").all_inner_texts()
+    assert row[:2] == ["base64 encode hello", "newly planned"]
+    assert row[2].startswith("needs the LLM") and row[3].startswith("hash_tool")
+    assert staff_page.evaluate("window.__pwned") is None
+
+
+def test_it_names_the_problem_with_a_pasted_draft(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    staff_page.goto(f"{live_server.url}/planner/backtest")
+    draft = '{"rules": [{"name": "bad", "capabilities": ["Hashing"], "patterns": ["(oops"]}]}'
+    staff_page.fill("#id_draft", draft)
+    staff_page.click("#backtest-button")
+    error = staff_page.locator("#error").inner_text()
+    assert "rule 'bad': invalid regex '(oops'" in error
+    assert staff_page.locator("#id_draft").input_value() == draft
