@@ -970,7 +970,9 @@ def test_it_reports_a_tools_broken_schema_as_arguments_error(
 
 # The BFCL v4 gold answers: every one must pass its function's converted schema.
 
-BFCL_DIR = Path(os.environ.get("ARES_BFCL_DIR", "/work/shared/bench-data/bfcl"))
+# shared/ lies beside the checkout, on a developer's machine and in CI alike.
+_SHARED_BFCL = Path(__file__).resolve().parents[3] / "shared" / "bench-data" / "bfcl"
+BFCL_DIR = Path(os.environ.get("ARES_BFCL_DIR", str(_SHARED_BFCL)))
 BFCL_QUESTIONS = BFCL_DIR / "BFCL_v4_simple_python.json"
 BFCL_ANSWERS = BFCL_DIR / "possible_answer" / "BFCL_v4_simple_python.json"
 
