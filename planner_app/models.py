@@ -172,17 +172,13 @@ class Workflow(models.Model):
         '"depends_on": [], "fallback_tools": [], "request": "what the step is for"}], '
         '"max_steps": 20, "max_parallel": 4}; arguments may use {$s1.result}',
     )
-    updated_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
-
-    def save(self, *args: object, **kwargs: object) -> None:
-        self.updated_at = timezone.now()
-        super().save(*args, **kwargs)
 
     def clean(self) -> None:
         from planner_app.workflows import WorkflowError, validate_workflow

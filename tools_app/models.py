@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
-from django.utils import timezone
 
 from traces_app.redaction import is_secret_key
 
@@ -40,7 +39,7 @@ class ToolSetting(models.Model):
     description = models.TextField(
         blank=True, help_text="Shown to LLMs instead of the tool's own description"
     )
-    updated_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
 
     objects = VersionedQuerySet.as_manager()
 
@@ -49,10 +48,6 @@ class ToolSetting(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    def save(self, *args: object, **kwargs: object) -> None:
-        self.updated_at = timezone.now()
-        super().save(*args, **kwargs)
 
     def clean(self) -> None:
         from tools_app.runtime import base_specs
@@ -101,7 +96,7 @@ class McpServer(models.Model):
     last_synced_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     tool_names = models.JSONField(default=list, blank=True)
-    updated_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
 
     objects = VersionedQuerySet.as_manager()
 
@@ -111,10 +106,6 @@ class McpServer(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    def save(self, *args: object, **kwargs: object) -> None:
-        self.updated_at = timezone.now()
-        super().save(*args, **kwargs)
 
     def clean(self) -> None:
         env = self.env if isinstance(self.env, dict) else {}
