@@ -90,3 +90,13 @@ def test_it_rolls_back_from_the_admin(client: Client) -> None:
     )
     assert f"rolled back to v{first.number}" in response.content.decode()
     assert IntentRule.objects.filter(name="regex").exists()
+
+
+def test_it_refuses_a_mapping_to_an_unknown_tool(default_rules: None) -> None:
+    from django.core.exceptions import ValidationError
+
+    from planner_app.models import CapabilityMapping
+
+    mapping = CapabilityMapping(capability=Capability.objects.get(name="Hashing"), tool="hsah")
+    with pytest.raises(ValidationError, match="no tool named 'hsah'"):
+        mapping.full_clean()
