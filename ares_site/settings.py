@@ -178,6 +178,10 @@ if ARES_SEARXNG_URL and not ARES_SEARXNG_URL.startswith(("http://", "https://"))
     raise ImproperlyConfigured(f"ARES_SEARXNG_URL={ARES_SEARXNG_URL!r} must be an http(s) URL")
 ARES_TOOL_SETTINGS_CHECK_S = float(env_int("ARES_TOOL_SETTINGS_CHECK_MS", 2000, minimum=0)) / 1000
 
+# Failure spirals (traces_app.spirals): how many repeats make one; tools allowed to repeat.
+ARES_SPIRAL_MIN_REPEATS = env_int("ARES_SPIRAL_MIN_REPEATS", 3, minimum=2)
+ARES_SPIRAL_ALLOW_TOOLS = env_list("ARES_SPIRAL_ALLOW_TOOLS", [])
+
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
     raise ImproperlyConfigured(f"LOG_LEVEL={LOG_LEVEL!r} must be DEBUG, INFO, WARNING or ERROR")

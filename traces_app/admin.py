@@ -1,4 +1,4 @@
-"""Admin pages: traces and invocations read-only; API keys issued and revoked."""
+"""Admin pages: traces, invocations and failure spirals read-only; API keys issued and revoked."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from traces_app.models import SCOPES, ApiKey, Invocation, Trace
+from traces_app.models import SCOPES, ApiKey, FailureSpiral, Invocation, Trace
 from traces_app.tasks import recompute_trace_totals_task
 
 
@@ -101,6 +102,21 @@ class InvocationAdmin(ReadOnlyAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         names = [f.name for f in Invocation._meta.fields if f.name not in self.exclude]
         return names + self.readonly_fields
+
+
+@admin.register(FailureSpiral)
+class FailureSpiralAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "tool_name", "kind", "error_kind", "attempts", "resolution",
+                    "wasted_tokens", "wasted_ms", "wasted_cost_usd", "trace_link"]  # fmt: skip
+    list_filter = ["tool_name", "kind", "resolution", "started_at"]
+    search_fields = ["tool_name", "=trace__trace_id"]
+    date_hierarchy = "started_at"
+    readonly_fields = [f.name for f in FailureSpiral._meta.fields] + ["trace_link"]
+
+    @admin.display(description="Trace")
+    def trace_link(self, spiral: FailureSpiral) -> str:
+        url = reverse("admin:traces_app_trace_change", args=[spiral.trace_id])
+        return format_html('<a href="{}">{}…</a>', url, spiral.trace_id[:8])
 
 
 class ApiKeyCreationForm(forms.ModelForm):

@@ -191,6 +191,101 @@ class Invocation(models.Model):
         return self.started_at + timedelta(milliseconds=self.latency_ms)
 
 
+class SpiralKind(models.TextChoices):
+    FAILING = "failing", "Same failure repeated"
+    LOOP = "loop", "Identical calls repeated"
+
+
+class SpiralResolution(models.TextChoices):
+    GAVE_UP = "gave_up", "Gave up"
+    RECOVERED = "recovered", "Recovered"
+    PLANNER_FALLBACK = "planner_fallback", "Planner fallback"
+    ONGOING = "ongoing", "Ongoing"
+
+
+class FailureSpiralManager(models.Manager):
+    def replace_for_trace(self, trace_id: str, spirals: Sequence[Any]) -> None:
+        """Store a trace's spirals as just detected (SpiralViews): update, add, drop stale.
+
+        Keyed by (trace, tool, first span): a spiral that grows keeps its record and its
+        detected_at; one whose first span changed (a late earlier span) replaces the old.
+        """
+        records = [
+            self.model(
+                trace_id=trace_id,
+                **{name: getattr(spiral, name) for name in SPIRAL_VIEW_FIELDS},
+            )
+            for spiral in spirals
+        ]
+        if records:
+            self.bulk_create(
+                records,
+                update_conflicts=True,
+                unique_fields=["trace", "tool_name", "first_span_id"],
+                update_fields=[*SPIRAL_VIEW_FIELDS, "updated_at"],
+            )
+        found = {(spiral.tool_name, spiral.first_span_id) for spiral in spirals}
+        stored = self.filter(trace_id=trace_id).values_list("pk", "tool_name", "first_span_id")
+        stale = [pk for pk, tool_name, first in stored if (tool_name, first) not in found]
+        if stale:
+            self.filter(pk__in=stale).delete()
+
+
+SPIRAL_VIEW_FIELDS = (
+    "tool_name", "kind", "error_kind", "attempts", "first_span_id", "last_span_id",
+    "started_at", "ended_at", "resolution", "wasted_tokens", "wasted_ms", "wasted_cost_usd",
+    "argument_changes",
+)  # fmt: skip
+
+
+class FailureSpiral(models.Model):
+    """A run of calls in one trace to one tool that got nowhere (see traces_app.spirals)."""
+
+    # The unique (trace, tool_name, first_span_id) index serves look-ups by trace.
+    trace = models.ForeignKey(
+        Trace,
+        on_delete=models.CASCADE,
+        related_name="spirals",
+        db_column="trace_id",
+        db_index=False,
+    )
+    tool_name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=SpiralKind.choices)
+    error_kind = models.CharField(max_length=40, blank=True)
+    attempts = models.PositiveIntegerField()
+    first_span_id = models.CharField(max_length=16)
+    last_span_id = models.CharField(max_length=16)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    resolution = models.CharField(max_length=20, choices=SpiralResolution.choices)
+    wasted_tokens = models.PositiveBigIntegerField(default=0)
+    wasted_ms = models.FloatField(default=0.0)
+    wasted_cost_usd = models.FloatField(default=0.0)
+    argument_changes = models.JSONField(
+        default=list, blank=True, help_text="Per step between attempts, the argument keys changed"
+    )
+    detected_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = FailureSpiralManager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["trace", "tool_name", "first_span_id"],
+                name="spiral_trace_tool_first_unique",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["started_at"], name="spiral_started"),
+            models.Index(fields=["tool_name", "started_at"], name="spiral_tool_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} x{self.attempts} ({self.kind})"
+
+
 def insert_ignoring_conflicts(
     model: type[models.Model],
     rows: Sequence[dict[str, Any]],
@@ -280,8 +375,11 @@ def rows_as_json(rows: Sequence[dict[str, Any]], fields: dict[str, models.Field]
     return json.dumps(ready, separators=(",", ":"))
 
 
-def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> None:
-    """Create traces or add span totals to them, in one statement.
+def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Create traces or add span totals to them, in one statement; return their failed calls.
+
+    The returned count (per trace id, after the update) comes free with the statement and
+    tells the caller which traces have failed often enough to hold a failure spiral.
 
     Each delta holds a trace's new spans summed up (counts, tokens, cost, time range)
     and the agent, session and request text, which fill in only what is still blank.
@@ -289,7 +387,7 @@ def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> None:
     """
     rows = sorted(deltas, key=lambda delta: delta["trace_id"])
     if not rows:
-        return
+        return {}
     now = timezone.now()
     table = connection.ops.quote_name(Trace._meta.db_table)
     columns = [
@@ -330,10 +428,11 @@ def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> None:
     sql = (
         f"INSERT INTO {table} ({', '.join(columns)}) {rows_from_json(fields.values())} "
         f"ORDER BY trace_id ON CONFLICT (trace_id) DO UPDATE SET "
-        f"{', '.join(fill_blank + add + widen)}"
+        f"{', '.join(fill_blank + add + widen)} RETURNING trace_id, failed_calls"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [rows_as_json(rows, fields)])
+        return dict(cursor.fetchall())
 
 
 SCOPES = {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -12,9 +14,16 @@ from django.conf import settings
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
-from traces_app.models import Invocation, add_to_trace_totals, insert_ignoring_conflicts
+from traces_app.models import (
+    FailureSpiral,
+    Invocation,
+    SpanKind,
+    add_to_trace_totals,
+    insert_ignoring_conflicts,
+)
 from traces_app.redaction import bound_text, redact_text, safe_payload
 from traces_app.schemas import InvocationFromDict, InvocationIn
+from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +120,99 @@ def _store(spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]) -> set
             for span, row in zip(spans, rows, strict=True)
             if (span.trace_id, span.span_id) in inserted
         ]
-        add_to_trace_totals(trace_deltas(new))
+        failed_calls = add_to_trace_totals(trace_deltas(new))
+        # In the same transaction, after the trace upsert: that row lock makes concurrent
+        # batches of one trace take turns, so each re-reads the spans the other stored.
+        for trace_id in spiral_candidates([row for _, row in new], failed_calls):
+            detect_spirals(trace_id)
     return inserted
+
+
+def spiral_rule() -> SpiralRule:
+    """Return the spiral rule the settings define."""
+    return SpiralRule(
+        min_repeats=settings.ARES_SPIRAL_MIN_REPEATS,
+        allow_tools=frozenset(settings.ARES_SPIRAL_ALLOW_TOOLS),
+    )
+
+
+class _RecentCalls:
+    """A bounded, thread-safe count of recent (trace, tool, arguments) this process stored.
+
+    It lets a healthy span cost no query: only a trace where one call's arguments have
+    come min_repeats times is worth re-reading for a loop. Being per process, a loop whose
+    calls reach different worker processes can go unseen until one process has counted
+    min_repeats of them (or the trace fails min_repeats times).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.counts: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def add(self, key: tuple[str, str, str]) -> int:
+        """Count one more call with this key; return how many have been counted."""
+        with self.lock:
+            count = self.counts.pop(key, 0) + 1
+            self.counts[key] = count
+            if len(self.counts) > self.size:
+                self.counts.popitem(last=False)
+            return count
+
+
+_recent_calls = _RecentCalls(size=50_000)
+
+
+def spiral_candidates(rows: Sequence[dict[str, Any]], failed_calls: dict[str, int]) -> set[str]:
+    """Return the traces whose new tool spans may have started or changed a spiral.
+
+    A trace qualifies when it has failed at least min_repeats times in all (a failing
+    spiral needs that many failures, and later spans may resolve it) or when a call's
+    arguments have now come min_repeats times (a loop). Others are not read again.
+    """
+    rule = spiral_rule()
+    candidates = set()
+    for row in rows:
+        if row["kind"] != SpanKind.TOOL:
+            continue
+        trace_id = row["trace_id"]
+        if failed_calls.get(trace_id, 0) >= rule.min_repeats:
+            candidates.add(trace_id)
+        elif row["tool_name"] not in rule.allow_tools:
+            key = (trace_id, row["tool_name"], arguments_fingerprint(row["arguments"]))
+            if _recent_calls.add(key) >= rule.min_repeats:
+                candidates.add(trace_id)
+    return candidates
+
+
+def detect_spirals(trace_id: str) -> None:
+    """Read a trace's tool calls and store the spirals they hold, replacing older findings."""
+    spans = (
+        Invocation.objects.filter(trace_id=trace_id, kind=SpanKind.TOOL)
+        .order_by("started_at", "span_id")
+        .values_list(
+            "span_id", "tool_name", "status", "error_kind", "arguments", "started_at",
+            "latency_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
+            "chosen_by",
+        )
+    )  # fmt: skip
+    calls = [
+        CallView(
+            span_id=span_id,
+            tool_name=tool_name,
+            status=status,
+            error_kind=error_kind,
+            arguments=arguments,
+            started_at=started_at,
+            latency_ms=latency_ms,
+            tokens=input_tokens + output_tokens + result_tokens,
+            cost_usd=cost_usd,
+            chosen_by=chosen_by,
+        )
+        for (span_id, tool_name, status, error_kind, arguments, started_at, latency_ms,
+             input_tokens, output_tokens, result_tokens, cost_usd, chosen_by) in spans
+    ]  # fmt: skip
+    FailureSpiral.objects.replace_for_trace(trace_id, find_spirals(calls, spiral_rule()))
 
 
 def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[dict[str, Any]]:
