@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from django.conf import settings
 
 from traces_app.models import ApiKey
 
@@ -78,3 +84,51 @@ def make_span(**overrides: Any) -> dict[str, Any]:
 def span() -> Callable[..., dict[str, Any]]:
     """Return the valid-span factory."""
     return make_span
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def subprocess_database_url() -> str:
+    """Return a DATABASE_URL that points another process at this test run's database."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Return the environment for a process of the site that shares the test database."""
+    return {
+        **os.environ,
+        "DATABASE_URL": subprocess_database_url(),
+        "SECRET_KEY": "tests-only-secret",
+        "DEBUG": "0",
+        "ARES_VAR_DIR": str(settings.VAR_DIR),
+        **extra,
+    }
+
+
+@pytest.fixture
+def redis_worker(transactional_db: None) -> Iterator[tuple[str, str]]:
+    """Start a real Celery worker on a private queue of a real Redis; yield (broker, queue)."""
+    from ares_site.celery import app as celery_app
+
+    broker = os.environ.get("CELERY_TEST_BROKER_URL")
+    if not broker:
+        pytest.skip("set CELERY_TEST_BROKER_URL=redis://... to run against a real broker")
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "ares_site", "worker", "--pool=solo", "-Q", queue,
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"],
+        cwd=ROOT, env=subprocess_env(CELERY_BROKER_URL=broker), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    celery_app.conf.task_always_eager = False
+    try:
+        yield broker, queue
+    finally:
+        celery_app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER
+        worker.terminate()
+        output, _ = worker.communicate(timeout=30)
+        print(output[-4000:])

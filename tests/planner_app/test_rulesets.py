@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db import transaction
 
 from planner_app import rulesets
 from planner_app.models import Capability, IntentRule, RuleSetVersion
+from tests.conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,15 +98,7 @@ for line in sys.stdin:
 @pytest.mark.django_db(transaction=True)
 def test_another_process_sees_a_change_on_its_next_call(default_rules: None) -> None:
     rulesets.current_ruleset()
-    db = settings.DATABASES["default"]
-    url = (
-        f"sqlite:///{db['NAME']}"
-        if db["ENGINE"].endswith("sqlite3")
-        else f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    )
-    env = {**os.environ, "DATABASE_URL": url, "SECRET_KEY": "tests-only",
-           "ARES_VAR_DIR": str(settings.VAR_DIR),
-           "ARES_PLANNER_RELOAD_CHECK_MS": "3600000"}  # fmt: skip
+    env = subprocess_env(ARES_PLANNER_RELOAD_CHECK_MS="3600000")
     other = subprocess.Popen(
         [sys.executable, "-c", PLANNER_PROCESS], cwd=ROOT, env=env, text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.test import Client
@@ -120,46 +115,11 @@ def test_the_admin_runs_a_workflow(default_rules: None) -> None:
     assert "<b>shout</b> string_utils — success" in page
 
 
-def _database_url() -> str:
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
-@pytest.fixture
-def worker() -> Iterator[tuple[str, str]]:
-    broker = os.environ.get("CELERY_TEST_BROKER_URL")
-    if not broker:
-        pytest.skip("set CELERY_TEST_BROKER_URL=redis://... to run against a real broker")
-    queue = f"test-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DATABASE_URL": _database_url(),
-        "CELERY_BROKER_URL": broker,
-        "SECRET_KEY": "tests-only",
-        "DEBUG": "0",
-        "ARES_VAR_DIR": str(settings.VAR_DIR),
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "ares_site", "worker", "--pool=solo", "-Q", queue,
-         "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    celery_app.conf.task_always_eager = False
-    try:
-        yield broker, queue
-    finally:
-        celery_app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER
-        process.terminate()
-        process.wait(timeout=30)
-
-
 @pytest.mark.redis
 def test_a_celery_worker_runs_a_workflow_and_saves_progress(
-    default_rules: None, worker: tuple[str, str]
+    default_rules: None, redis_worker: tuple[str, str]
 ) -> None:
-    broker, queue = worker
+    broker, queue = redis_worker
     run = WorkflowRun.objects.create(workflow=saved(CHAIN), trace_id=uuid.uuid4().hex)
     with celery_app.connection_for_write(broker) as connection:
         run_workflow_task.apply_async(args=[run.pk], queue=queue, connection=connection)

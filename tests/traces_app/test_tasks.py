@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
@@ -59,42 +54,6 @@ def test_it_recounts_totals_inline_from_the_admin_action() -> None:
     trace.refresh_from_db()
     assert (trace.span_count, trace.tool_calls, trace.failed_calls) == (3, 3, 1)
     assert trace.status == "error"
-
-
-def _worker_database_url() -> str:
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
-@pytest.fixture
-def redis_worker(transactional_db: None) -> Iterator[tuple[str, str]]:
-    """Start a real Celery worker on a private queue of a real Redis; yield (broker, queue)."""
-    broker = os.environ.get("CELERY_TEST_BROKER_URL")
-    if not broker:
-        pytest.skip("set CELERY_TEST_BROKER_URL=redis://... to run against a real broker")
-    queue = f"test-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DATABASE_URL": _worker_database_url(),
-        "CELERY_BROKER_URL": broker,
-        "SECRET_KEY": "tests-only-secret",
-        "DEBUG": "0",
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "ares_site", "worker", "--pool=solo", "-Q", queue,
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    celery_app.conf.task_always_eager = False
-    try:
-        yield broker, queue
-    finally:
-        celery_app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER
-        worker.terminate()
-        output, _ = worker.communicate(timeout=30)
-        print(output[-4000:])
 
 
 @pytest.mark.redis
