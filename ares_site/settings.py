@@ -145,6 +145,18 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Run by `celery -A ares_site beat`: catch up rollups every minute (covers spans whose
+# refresh was lost or skipped), purge old raw spans once a day.
+CELERY_BEAT_SCHEDULE = {
+    "refresh-recent-rollups": {
+        "task": "traces_app.tasks.refresh_rollups_task",
+        "schedule": 60.0,
+    },
+    "purge-old-invocations": {
+        "task": "traces_app.tasks.purge_invocations_task",
+        "schedule": 24 * 60 * 60.0,
+    },
+}
 
 # Ingest limits. The body limit applies after gzip decompression too.
 ARES_INGEST_MAX_BODY_BYTES = env_int("ARES_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
@@ -181,6 +193,11 @@ ARES_TOOL_SETTINGS_CHECK_S = float(env_int("ARES_TOOL_SETTINGS_CHECK_MS", 2000, 
 # Failure spirals (traces_app.spirals): how many repeats make one; tools allowed to repeat.
 ARES_SPIRAL_MIN_REPEATS = env_int("ARES_SPIRAL_MIN_REPEATS", 3, minimum=2)
 ARES_SPIRAL_ALLOW_TOOLS = env_list("ARES_SPIRAL_ALLOW_TOOLS", [])
+
+# Raw spans older than this many days are purged daily; hourly tool rollups are kept.
+ARES_RETENTION_DAYS = env_int("ARES_RETENTION_DAYS", 30, minimum=1)
+# Each web process asks for a rollup refresh of what it received at most this often.
+ARES_ROLLUP_REFRESH_INTERVAL_S = env_int("ARES_ROLLUP_REFRESH_INTERVAL_S", 10, minimum=0)
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):

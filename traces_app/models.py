@@ -6,13 +6,16 @@ import hashlib
 import json
 import secrets
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.models.functions import Trunc
 from django.utils import timezone
+
+from traces_app.rollups import LATENCY_EDGES_MS, empty_histogram, percentile_from_histogram
 
 
 class SpanKind(models.TextChoices):
@@ -181,6 +184,8 @@ class Invocation(models.Model):
             models.Index(fields=["status", "started_at"], name="inv_status_started"),
             models.Index(fields=["agent", "started_at"], name="inv_agent_started"),
             models.Index(fields=["started_at"], name="inv_started"),
+            # Finds what a batch or the last minutes touched, for rollup refreshes.
+            models.Index(fields=["received_at"], name="inv_received"),
         ]
 
     def __str__(self) -> str:
@@ -284,6 +289,167 @@ class FailureSpiral(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} x{self.attempts} ({self.kind})"
+
+
+class ToolRollupManager(models.Manager):
+    def refresh_received(self, since: datetime, until: datetime) -> int:
+        """Recompute the buckets of tool spans received in [since, until]; return their count."""
+        hour = Trunc("started_at", "hour", tzinfo=UTC)
+        touched = (
+            Invocation.objects.tools()
+            .filter(received_at__gte=since, received_at__lte=until)
+            .annotate(hour=hour)
+            .values_list("tool_name", "hour")
+            .distinct()
+        )
+        return self.refresh_buckets(set(touched))
+
+    def refresh_buckets(self, buckets: set[tuple[str, datetime]]) -> int:
+        """Recompute (tool, hour) rollups from the raw spans in one query and upsert them.
+
+        Whole buckets are recounted, never added to, so a rerun or an overlapping window
+        cannot count a span twice. Buckets older than the retention cutoff are skipped:
+        their raw spans are (being) purged, and their rollup is the only full record left.
+        """
+        cutoff = retention_cutoff()
+        buckets = {(tool, start) for tool, start in buckets if start >= cutoff}
+        if not buckets:
+            return 0
+        hours = sorted({start for _, start in buckets})
+        tools = sorted({tool for tool, _ in buckets})
+        window = models.Q()
+        for start in hours:
+            window |= models.Q(started_at__gte=start, started_at__lt=start + ROLLUP_BUCKET)
+        rows = (
+            Invocation.objects.tools()
+            .filter(window, tool_name__in=tools)
+            .annotate(hour=Trunc("started_at", "hour", tzinfo=UTC), bin=latency_bin_sql())
+            .values("tool_name", "hour", "status", "error_kind", "bin")
+            .annotate(
+                calls=models.Count("pk"),
+                latency_sum_ms=models.Sum("latency_ms"),
+                input_tokens=models.Sum("input_tokens"),
+                output_tokens=models.Sum("output_tokens"),
+                result_tokens=models.Sum("result_tokens"),
+                cost_usd=models.Sum("cost_usd"),
+            )
+            .order_by()
+        )
+        now = timezone.now()
+        rollups = {
+            bucket: self.model(tool_name=bucket[0], bucket_start=bucket[1], updated_at=now)
+            for bucket in buckets
+        }
+        for row in rows:
+            rollup = rollups.get((row["tool_name"], row["hour"]))
+            if rollup is not None:  # a tool not touched in this hour: left as it is
+                rollup.add_group(row)
+        self.bulk_create(
+            list(rollups.values()),
+            update_conflicts=True,
+            unique_fields=["tool_name", "bucket_start"],
+            update_fields=ROLLUP_TOTAL_FIELDS,
+        )
+        return len(rollups)
+
+
+ROLLUP_BUCKET = timedelta(hours=1)
+ROLLUP_TOTAL_FIELDS = [
+    "calls", "successes", "failures", "failures_by_kind", "latency_histogram",
+    "latency_sum_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
+    "updated_at",
+]  # fmt: skip
+
+
+def latency_bin_sql() -> models.Case:
+    """Return the SQL expression of rollups.bucket_of(latency_ms), for grouping in the database."""
+    return models.Case(
+        *(
+            models.When(latency_ms__lt=edge, then=models.Value(index))
+            for index, edge in enumerate(LATENCY_EDGES_MS)
+        ),
+        default=models.Value(len(LATENCY_EDGES_MS)),
+        output_field=models.IntegerField(),
+    )
+
+
+def retention_cutoff() -> datetime:
+    """Return the hour before which raw spans are purged (ARES_RETENTION_DAYS)."""
+    moment = timezone.now() - timedelta(days=settings.ARES_RETENTION_DAYS)
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+class ToolRollup(models.Model):
+    """One tool's calls in one UTC hour, summed up, so pages never scan raw spans for ranges."""
+
+    tool_name = models.CharField(max_length=200)
+    bucket_start = models.DateTimeField(help_text="Start of the UTC hour")
+    calls = models.PositiveIntegerField(default=0)
+    successes = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    failures_by_kind = models.JSONField(default=dict, blank=True)
+    latency_histogram = models.JSONField(
+        default=empty_histogram, help_text="Calls per bin of traces_app.rollups.LATENCY_EDGES_MS"
+    )
+    latency_sum_ms = models.FloatField(default=0.0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    result_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = ToolRollupManager()
+
+    class Meta:
+        ordering = ["bucket_start", "tool_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tool_name", "bucket_start"], name="rollup_tool_bucket_unique"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["tool_name", "bucket_start"], name="rollup_tool_bucket"),
+            models.Index(fields=["bucket_start"], name="rollup_bucket"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} @ {self.bucket_start:%Y-%m-%d %H:00}"
+
+    def add_group(self, group: dict[str, Any]) -> None:
+        """Add one aggregate row (spans of one status, error kind and latency bin)."""
+        calls = group["calls"]
+        self.calls += calls
+        if group["status"] == SpanStatus.ERROR:
+            self.failures += calls
+            kind = group["error_kind"] or "unknown"
+            self.failures_by_kind[kind] = self.failures_by_kind.get(kind, 0) + calls
+        else:
+            self.successes += calls
+        self.latency_histogram[group["bin"]] += calls
+        self.latency_sum_ms += group["latency_sum_ms"] or 0.0
+        self.input_tokens += group["input_tokens"] or 0
+        self.output_tokens += group["output_tokens"] or 0
+        self.result_tokens += group["result_tokens"] or 0
+        self.cost_usd += group["cost_usd"] or 0.0
+
+    def percentile_ms(self, fraction: float) -> float:
+        """Estimate a latency percentile (fraction 0..1) from the histogram."""
+        return percentile_from_histogram(self.latency_histogram, fraction)
+
+
+def purge_old_invocations(batch_size: int = 5000) -> int:
+    """Delete raw spans started before the retention cutoff, in batches; return how many.
+
+    Rollups, traces (with their totals) and spirals are kept: they are small, and pages
+    and links read them. Short transactions keep ingest running while this works.
+    """
+    old = Invocation.objects.filter(started_at__lt=retention_cutoff()).order_by()
+    deleted = 0
+    while True:
+        pks = list(old.values_list("pk", flat=True)[:batch_size])
+        if not pks:
+            return deleted
+        deleted += Invocation.objects.filter(pk__in=pks).delete()[0]
 
 
 def insert_ignoring_conflicts(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -24,6 +25,7 @@ from traces_app.models import (
 from traces_app.redaction import bound_text, redact_text, safe_payload
 from traces_app.schemas import InvocationFromDict, InvocationIn
 from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
+from traces_app.tasks import refresh_rollups_task
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,10 @@ def record_invocations(items: Sequence[InvocationIn]) -> list[bool]:
     spans = [first_of_key[key] for key in sorted(first_of_key)]
     rows = [invocation_row(span, received_at) for span in spans]
     inserted = _run_retrying(lambda: _store(spans, rows))
+    if any(
+        span.kind == SpanKind.TOOL and (span.trace_id, span.span_id) in inserted for span in spans
+    ):
+        schedule_rollup_refresh(received_at)
     seen: set[tuple[str, str]] = set()
     outcomes = []
     for item in items:
@@ -74,6 +80,44 @@ def record_invocations(items: Sequence[InvocationIn]) -> list[bool]:
         outcomes.append(key in inserted and key not in seen)
         seen.add(key)
     return outcomes
+
+
+class _RollupRefreshThrottle:
+    """When this process last asked for a rollup refresh, and what it received since."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.asked_at: float | None = None
+        self.skipped_since: datetime | None = None
+
+    def window(self, received_at: datetime, interval_s: float) -> tuple[datetime, datetime] | None:
+        """Return the receive window to refresh now, or None if one was asked for lately."""
+        now = time.monotonic()
+        with self.lock:
+            if self.asked_at is not None and now - self.asked_at < interval_s:
+                self.skipped_since = min(self.skipped_since or received_at, received_at)
+                return None
+            since = min(self.skipped_since or received_at, received_at)
+            self.asked_at, self.skipped_since = now, None
+            return since, received_at
+
+
+_rollup_throttle = _RollupRefreshThrottle()
+
+
+def schedule_rollup_refresh(received_at: datetime) -> None:
+    """After commit, refresh the rollups of spans received since this process last did.
+
+    Recounting a batch's buckets inline after every batch cut ingest from ~15,000 to
+    ~7,800 spans/s (a batch of spans spread over a day touches every hour of it), so a
+    process asks at most once per ARES_ROLLUP_REFRESH_INTERVAL_S, for everything received
+    since its previous ask. Batches between asks are in the next ask's window; the last
+    batches before a quiet spell wait for the next batch or the minute beat.
+    """
+    window = _rollup_throttle.window(received_at, settings.ARES_ROLLUP_REFRESH_INTERVAL_S)
+    if window is not None:
+        since, until = (moment.isoformat() for moment in window)
+        transaction.on_commit(lambda: refresh_rollups_task.delay(since, until))
 
 
 def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from datetime import datetime, timedelta
 
-from traces_app.models import Trace
+from celery import shared_task
+from django.utils import timezone
+
+from traces_app.models import ToolRollup, Trace, purge_old_invocations
 
 
 @shared_task(bind=True, max_retries=3, default_retry_delay=5)
@@ -17,3 +20,25 @@ def recompute_trace_totals_task(self, trace_id: str) -> None:  # noqa: ANN001 - 
         trace.recompute_totals()
     except Exception as exc:  # retry transient database errors; Celery logs the final one
         raise self.retry(exc=exc) from exc
+
+
+RECENT_ROLLUP_WINDOW = timedelta(hours=2)
+
+
+@shared_task(bind=True, max_retries=3, default_retry_delay=5)
+def refresh_rollups_task(  # noqa: ANN001 - Celery's task
+    self, since_iso: str | None = None, until_iso: str | None = None
+) -> int:
+    """Recompute the rollups of spans received in a window (default: the last two hours)."""
+    until = datetime.fromisoformat(until_iso) if until_iso else timezone.now()
+    since = datetime.fromisoformat(since_iso) if since_iso else until - RECENT_ROLLUP_WINDOW
+    try:
+        return ToolRollup.objects.refresh_received(since, until)
+    except Exception as exc:  # retry transient database errors; Celery logs the final one
+        raise self.retry(exc=exc) from exc
+
+
+@shared_task
+def purge_invocations_task() -> int:
+    """Delete raw spans older than ARES_RETENTION_DAYS; rollups stay."""
+    return purge_old_invocations()
