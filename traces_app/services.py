@@ -204,7 +204,7 @@ class _RecentCalls:
             return count
 
 
-_recent_calls = _RecentCalls(size=50_000)
+_recent_calls = _RecentCalls(size=10_000)  # ~2 MB a process; loops repeat within seconds
 
 
 def spiral_candidates(rows: Sequence[dict[str, Any]], failed_calls: dict[str, int]) -> set[str]:
