@@ -96,14 +96,11 @@ class CapabilityMapping(models.Model):
         return f"{self.capability} -> {self.tool}"
 
     def clean(self) -> None:
-        from tools_app.runtime import base_specs
+        from tools_app.runtime import unknown_tool_problem
 
-        known = base_specs()
-        server = self.tool.split(".")[1] if self.tool.startswith("mcp.") else None
-        if self.tool not in known and not server:
-            raise ValidationError(
-                {"tool": f"no tool named {self.tool!r}; known: {', '.join(sorted(known))}"}
-            )
+        problem = unknown_tool_problem(self.tool)
+        if problem:
+            raise ValidationError({"tool": problem})
 
 
 class ToolProfile(models.Model):

@@ -50,16 +50,11 @@ class ToolSetting(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from tools_app.runtime import base_specs
+        from tools_app.runtime import unknown_tool_problem
 
-        known = base_specs()
-        server = self.name.split(".")[1] if self.name.startswith("mcp.") else None
-        if server and McpServer.objects.filter(name=server).exists():
-            return  # the server's tools may not be listed yet in this process
-        if self.name not in known:
-            raise ValidationError(
-                {"name": f"no tool named {self.name!r}; known: {', '.join(sorted(known))}"}
-            )
+        problem = unknown_tool_problem(self.name)
+        if problem:
+            raise ValidationError({"name": problem})
 
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -69,6 +69,20 @@ def base_specs() -> dict[str, ToolSpec]:
     return {spec.name: spec for spec in specs}
 
 
+def unknown_tool_problem(name: str) -> str | None:
+    """Return why `name` names no tool, or None when it does (settings, mappings use this).
+
+    A tool of a configured MCP server counts even before this process has listed it.
+    """
+    server = name.split(".")[1] if name.startswith("mcp.") and name.count(".") >= 2 else None
+    if server and McpServer.objects.filter(name=server).exists():
+        return None
+    known = base_specs()
+    if name in known:
+        return None
+    return f"no tool named {name!r}; known: {', '.join(sorted(known))}"
+
+
 def get_engine() -> ToolEngine:
     """Return this process's engine, with operator settings no older than a few seconds."""
     global _engine
