@@ -22,12 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import percentile  # noqa: E402  (bench/ is the script's own folder)
+
 EXPRESSIONS = ["1+1", "100*(100+1)/2", "sqrt(16)+2^10", "gcd(12,18)", "mean(1..10)"]
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def time_calls(function, count: int) -> list[float]:
@@ -82,14 +79,16 @@ def main() -> None:
     from traces_app.models import Invocation
 
     engine = get_engine()
-    context = CallContext(agent="bench")
+    # One trace per 5 calls, like an agent task; one trace of thousands of identical calls
+    # would be a loop, and measure spiral detection instead of the engine.
+    contexts = [CallContext(agent="bench") for _ in range(args.calls // 5 + 1)]
 
     def direct(i: int) -> None:
         calculator(EXPRESSIONS[i % len(EXPRESSIONS)])
 
     def through_engine(i: int) -> None:
         call = ToolCall("calculator", {"expression": EXPRESSIONS[i % len(EXPRESSIONS)]}, f"c{i}")
-        result = engine.execute(call, context)
+        result = engine.execute(call, contexts[i // 5])
         assert result.success, result.text
 
     through_engine(0)  # warm up: the engine's loop, threads and database connection

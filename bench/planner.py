@@ -24,12 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from figures import percentile  # noqa: E402  (bench/ is the script's own folder)
+
 DATA = ROOT / "tests" / "data" / "planner_requests.jsonl"
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def measure(plan, requests: list[str], rounds: int) -> tuple[float, float, float]:

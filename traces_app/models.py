@@ -209,11 +209,14 @@ class SpiralResolution(models.TextChoices):
 
 
 class FailureSpiralManager(models.Manager):
-    def replace_for_trace(self, trace_id: str, spirals: Sequence[Any]) -> None:
+    def replace_for_trace(
+        self, trace_id: str, spirals: Sequence[Any], window_start: datetime | None = None
+    ) -> None:
         """Store a trace's spirals as just detected (SpiralViews): update, add, drop stale.
 
         Keyed by (trace, tool, first span): a spiral that grows keeps its record and its
         detected_at; one whose first span changed (a late earlier span) replaces the old.
+        Only spirals starting at or after `window_start` (when given) can be stale.
         """
         records = [
             self.model(
@@ -230,7 +233,10 @@ class FailureSpiralManager(models.Manager):
                 update_fields=[*SPIRAL_VIEW_FIELDS, "updated_at"],
             )
         found = {(spiral.tool_name, spiral.first_span_id) for spiral in spirals}
-        stored = self.filter(trace_id=trace_id).values_list("pk", "tool_name", "first_span_id")
+        stored = self.filter(trace_id=trace_id)
+        if window_start is not None:
+            stored = stored.filter(started_at__gte=window_start)
+        stored = stored.values_list("pk", "tool_name", "first_span_id")
         stale = [pk for pk, tool_name, first in stored if (tool_name, first) not in found]
         if stale:
             self.filter(pk__in=stale).delete()

@@ -229,17 +229,23 @@ def spiral_candidates(rows: Sequence[dict[str, Any]], failed_calls: dict[str, in
     return candidates
 
 
+# How many of a trace's newest tool calls detection reads: a long-lived trace (an agent
+# session reusing one id) must not cost a read of its whole history on every new span.
+SPIRAL_WINDOW = 100
+
+
 def detect_spirals(trace_id: str) -> None:
-    """Read a trace's tool calls and store the spirals they hold, replacing older findings."""
-    spans = (
+    """Read a trace's newest tool calls and store their spirals, replacing older findings."""
+    newest = (
         Invocation.objects.filter(trace_id=trace_id, kind=SpanKind.TOOL)
-        .order_by("started_at", "span_id")
+        .order_by("-started_at", "-span_id")
         .values_list(
             "span_id", "tool_name", "status", "error_kind", "arguments", "started_at",
             "latency_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
             "chosen_by",
         )
-    )  # fmt: skip
+    )[:SPIRAL_WINDOW]  # fmt: skip
+    spans = list(reversed(newest))
     calls = [
         CallView(
             span_id=span_id,
@@ -256,7 +262,11 @@ def detect_spirals(trace_id: str) -> None:
         for (span_id, tool_name, status, error_kind, arguments, started_at, latency_ms,
              input_tokens, output_tokens, result_tokens, cost_usd, chosen_by) in spans
     ]  # fmt: skip
-    FailureSpiral.objects.replace_for_trace(trace_id, find_spirals(calls, spiral_rule()))
+    # With a full window, spirals that began before it are left as they were stored.
+    window_start = calls[0].started_at if len(calls) == SPIRAL_WINDOW else None
+    FailureSpiral.objects.replace_for_trace(
+        trace_id, find_spirals(calls, spiral_rule()), window_start
+    )
 
 
 def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[dict[str, Any]]:
