@@ -443,6 +443,105 @@ class ToolRollup(models.Model):
         return percentile_from_histogram(self.latency_histogram, fraction)
 
 
+class SpanRollupManager(models.Manager):
+    def refresh_received(self, since: datetime, until: datetime) -> int:
+        """Recount the hours of spans received in [since, until]; return the rows written."""
+        hours = (
+            Invocation.objects.filter(received_at__gte=since, received_at__lte=until)
+            .annotate(hour=Trunc("started_at", "hour", tzinfo=UTC))
+            .values_list("hour", flat=True)
+            .distinct()
+        )
+        return self.refresh_hours(set(hours))
+
+    def refresh_hours(self, hours: set[datetime]) -> int:
+        """Recount whole UTC hours of spans of every kind, by kind, chooser, place and agent.
+
+        Spans are only ever added to an hour (the purge skips hours past the cutoff), so
+        upserting the recounted groups is idempotent and never leaves a stale group behind.
+        """
+        cutoff = retention_cutoff()
+        hours = {hour for hour in hours if hour >= cutoff}
+        if not hours:
+            return 0
+        window = models.Q()
+        for start in hours:
+            window |= models.Q(started_at__gte=start, started_at__lt=start + ROLLUP_BUCKET)
+        rows = (
+            Invocation.objects.filter(window)
+            .annotate(bucket_start=Trunc("started_at", "hour", tzinfo=UTC))
+            .values("bucket_start", "kind", "chosen_by", "ran_on", "agent")
+            .annotate(
+                calls=models.Count("pk"),
+                failures=models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
+                latency_sum_ms=models.Sum("latency_ms"),
+                input_tokens=models.Sum("input_tokens"),
+                output_tokens=models.Sum("output_tokens"),
+                result_tokens=models.Sum("result_tokens"),
+                cost_usd=models.Sum("cost_usd"),
+            )
+            .order_by()
+        )
+        now = timezone.now()
+        rollups = [self.model(**row, updated_at=now) for row in rows]
+        self.bulk_create(
+            rollups,
+            batch_size=500,
+            update_conflicts=True,
+            unique_fields=SPAN_ROLLUP_KEY,
+            update_fields=SPAN_ROLLUP_TOTALS,
+        )
+        return len(rollups)
+
+
+SPAN_ROLLUP_KEY = ["bucket_start", "kind", "chosen_by", "ran_on", "agent"]
+SPAN_ROLLUP_TOTALS = [
+    "calls", "failures", "latency_sum_ms", "input_tokens", "output_tokens", "result_tokens",
+    "cost_usd", "updated_at",
+]  # fmt: skip
+
+
+class SpanRollup(models.Model):
+    """Spans of every kind in one UTC hour, by kind, who chose, where it ran and agent.
+
+    The overview's totals (LLM and tool tokens, cost, calls by chooser and place) come
+    from these rows, so its cost does not grow with the number of raw spans.
+    """
+
+    bucket_start = models.DateTimeField(help_text="Start of the UTC hour")
+    kind = models.CharField(max_length=16, choices=SpanKind.choices)
+    chosen_by = models.CharField(max_length=16, choices=ChosenBy.choices, blank=True)
+    ran_on = models.CharField(max_length=120, blank=True)
+    agent = models.CharField(max_length=200, blank=True)
+    calls = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    latency_sum_ms = models.FloatField(default=0.0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    result_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = SpanRollupManager()
+
+    class Meta:
+        ordering = ["bucket_start"]
+        constraints = [
+            models.UniqueConstraint(fields=SPAN_ROLLUP_KEY, name="span_rollup_key_unique")
+        ]
+        indexes = [models.Index(fields=["bucket_start"], name="span_rollup_bucket")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.agent or '-'} @ {self.bucket_start:%Y-%m-%d %H:00}"
+
+
+def refresh_rollups(since: datetime, until: datetime) -> int:
+    """Recount the tool and span rollups of everything received in [since, until]."""
+    return ToolRollup.objects.refresh_received(since, until) + SpanRollup.objects.refresh_received(
+        since, until
+    )
+
+
 def purge_old_invocations(batch_size: int = 5000) -> int:
     """Delete raw spans started before the retention cutoff, in batches; return how many.
 

@@ -69,9 +69,7 @@ def record_invocations(items: Sequence[InvocationIn]) -> list[bool]:
     spans = [first_of_key[key] for key in sorted(first_of_key)]
     rows = [invocation_row(span, received_at) for span in spans]
     inserted = _run_retrying(lambda: _store(spans, rows))
-    if any(
-        span.kind == SpanKind.TOOL and (span.trace_id, span.span_id) in inserted for span in spans
-    ):
+    if inserted:
         schedule_rollup_refresh(received_at)
     seen: set[tuple[str, str]] = set()
     outcomes = []

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from traces_app.models import ToolRollup, Trace, purge_old_invocations
+from traces_app.models import Trace, purge_old_invocations, refresh_rollups
 
 
 @shared_task(bind=True, max_retries=3, default_retry_delay=5)
@@ -33,7 +33,7 @@ def refresh_rollups_task(  # noqa: ANN001 - Celery's task
     until = datetime.fromisoformat(until_iso) if until_iso else timezone.now()
     since = datetime.fromisoformat(since_iso) if since_iso else until - RECENT_ROLLUP_WINDOW
     try:
-        return ToolRollup.objects.refresh_received(since, until)
+        return refresh_rollups(since, until)
     except Exception as exc:  # retry transient database errors; Celery logs the final one
         raise self.retry(exc=exc) from exc
 

@@ -10,7 +10,14 @@ import pytest
 from django.db import models
 
 from tests.conftest import make_span
-from traces_app.models import Invocation, ToolRollup, percentile_cont, purge_old_invocations
+from traces_app.models import (
+    Invocation,
+    SpanRollup,
+    ToolRollup,
+    percentile_cont,
+    purge_old_invocations,
+    refresh_rollups,
+)
 from traces_app.rollups import (
     BIN_COUNT,
     LATENCY_EDGES_MS,
@@ -192,7 +199,9 @@ def test_purge_deletes_in_batches() -> None:
 def test_periodic_refresh_covers_the_last_two_hours() -> None:
     _record(*_mixed_spans())
     ToolRollup.objects.all().delete()
-    assert refresh_rollups_task.delay().get() == 3
+    written = refresh_rollups_task.delay().get()
+    assert ToolRollup.objects.count() == 3
+    assert written == 3 + SpanRollup.objects.count()
     assert ToolRollup.objects.filter(tool_name="web_search").get().failures == 1
 
 
@@ -222,3 +231,35 @@ def test_refresh_throttle_asks_once_per_interval_and_covers_the_gap() -> None:
     assert throttle.window(second, 60) is None
     assert throttle.window(third, 0) == (second, third)
     assert throttle.window(third, 0) == (third, third)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_span_rollups_count_every_kind_by_chooser_and_place() -> None:
+    _record(
+        *_mixed_spans(),
+        _span(THIS_HOUR, 7, chosen_by="planner", ran_on="mcp:time", input_tokens=3),
+    )
+    SpanRollup.objects.all().delete()
+    refresh_rollups_task(None, None)
+    rows = SpanRollup.objects.filter(bucket_start=THIS_HOUR)
+    assert sum(row.calls for row in rows) == 6
+    llm = rows.get(kind="llm")
+    assert (llm.calls, llm.input_tokens, llm.failures) == (1, 500, 0)
+    planner = rows.get(chosen_by="planner")
+    assert (planner.ran_on, planner.calls, planner.input_tokens) == ("mcp:time", 1, 3)
+    tools = rows.filter(kind="tool")
+    assert sum(row.failures for row in tools) == 3
+    assert SpanRollup.objects.get(bucket_start=EARLIER_HOUR).cost_usd == 0.25
+
+
+@pytest.mark.django_db(transaction=True)
+def test_span_rollup_refresh_is_idempotent_and_follows_new_spans() -> None:
+    _record(*_mixed_spans())
+    window = (NOW - timedelta(minutes=5), NOW + timedelta(hours=1))
+    refresh_rollups(*window)
+    before = list(SpanRollup.objects.values("calls", "failures", "input_tokens"))
+    refresh_rollups(*window)
+    assert list(SpanRollup.objects.values("calls", "failures", "input_tokens")) == before
+    _record(_span(THIS_HOUR, 9, kind="llm", tool_name="", model="gpt", input_tokens=5))
+    refresh_rollups(*window)
+    assert SpanRollup.objects.get(bucket_start=THIS_HOUR, kind="llm").input_tokens == 505
