@@ -122,6 +122,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "ares_site.static_finders.PlotlyJsFinder",
+]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 # WhiteNoise serves static files in production (gunicorn); runserver serves them in DEBUG.
 STORAGES = {

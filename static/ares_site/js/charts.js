@@ -1,0 +1,37 @@
+// Draw every chart on the page from its JSON figure, and wire the CSV buttons.
+(function () {
+  "use strict";
+
+  function draw(element) {
+    var source = document.getElementById(element.dataset.figure);
+    if (!source || !window.Plotly) { return; }
+    var figure = JSON.parse(source.textContent);
+    window.Plotly.newPlot(element, figure.data, figure.layout, {
+      responsive: true, displaylogo: false,
+    }).then(function () { element.dataset.rendered = "true"; });
+  }
+
+  function csvCell(text) {
+    return /[",\n]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
+  }
+
+  function download(button) {
+    var table = document.querySelector("#" + button.dataset.csv + " table");
+    var lines = Array.prototype.map.call(table.rows, function (row) {
+      return Array.prototype.map.call(row.cells, function (cell) {
+        return csvCell(cell.textContent.trim());
+      }).join(",");
+    });
+    var blob = new Blob([lines.join("\n") + "\n"], { type: "text/csv" });
+    var link = document.createElement("a");
+    link.href = URL.createObjectURL(blob);
+    link.download = button.dataset.filename;
+    link.click();
+    URL.revokeObjectURL(link.href);
+  }
+
+  document.querySelectorAll(".plot[data-figure]").forEach(draw);
+  document.querySelectorAll("button[data-csv]").forEach(function (button) {
+    button.addEventListener("click", function () { download(button); });
+  });
+})();

@@ -1,0 +1,49 @@
+"""Charts for the dashboard pages: a plotly figure plus the numbers behind it as a table.
+
+Views build a Chart; `templates/charts/chart.html` renders the figure (drawn by
+static/ares_site/js/charts.js with the plotly.js we serve ourselves), its numbers as a
+table, and a CSV download of that table. A chart without JavaScript is still its table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import plotly.graph_objects as go
+
+BASE_LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "height": 300,
+    "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
+    "hovermode": "x unified",
+    "legend": {"orientation": "h", "y": -0.25},
+}
+
+
+@dataclass(frozen=True)
+class Chart:
+    id: str
+    title: str
+    figure: dict[str, Any]
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Any]] = field(default_factory=list)
+
+    @property
+    def figure_id(self) -> str:
+        return f"{self.id}-figure"
+
+
+def make_chart(
+    chart_id: str,
+    title: str,
+    traces: Sequence[go.BaseTraceType],
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    **layout: Any,
+) -> Chart:
+    """Return a chart of plotly traces, with the table of numbers it shows."""
+    figure = go.Figure(data=list(traces), layout={**BASE_LAYOUT, **layout})
+    return Chart(chart_id, title, json.loads(figure.to_json()), list(columns), list(rows))

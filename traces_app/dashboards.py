@@ -1,0 +1,152 @@
+"""What dashboard pages read for a time range: sums of the hourly rollups, never raw spans.
+
+A range is widened to whole UTC hours (the rollups' grain); pages say so next to the range.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from traces_app.models import SpanRollup, ToolRollup
+from traces_app.ranges import TimeRange
+from traces_app.rollups import empty_histogram, merge, merge_counts, percentile_from_histogram
+
+
+@dataclass
+class ToolTotals:
+    """One tool's calls summed over some hours (a whole range, or one chart bucket)."""
+
+    tool_name: str
+    calls: int = 0
+    successes: int = 0
+    failures: int = 0
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    latency_histogram: list[int] = field(default_factory=empty_histogram)
+    latency_sum_ms: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    result_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, rollup: ToolRollup) -> None:
+        self.calls += rollup.calls
+        self.successes += rollup.successes
+        self.failures += rollup.failures
+        self.failures_by_kind = merge_counts(self.failures_by_kind, rollup.failures_by_kind)
+        self.latency_histogram = merge(self.latency_histogram, rollup.latency_histogram)
+        self.latency_sum_ms += rollup.latency_sum_ms
+        self.input_tokens += rollup.input_tokens
+        self.output_tokens += rollup.output_tokens
+        self.result_tokens += rollup.result_tokens
+        self.cost_usd += rollup.cost_usd
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.successes / self.calls if self.calls else None
+
+    @property
+    def mean_latency_ms(self) -> float:
+        return self.latency_sum_ms / self.calls if self.calls else 0.0
+
+    @property
+    def p50_ms(self) -> float:
+        return percentile_from_histogram(self.latency_histogram, 0.5)
+
+    @property
+    def p95_ms(self) -> float:
+        return percentile_from_histogram(self.latency_histogram, 0.95)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens + self.result_tokens
+
+
+def _hours(time_range: TimeRange) -> dict[str, datetime]:
+    """Return the rollup filter for the whole hours that overlap a range."""
+    first = time_range.since.replace(minute=0, second=0, microsecond=0)
+    return {"bucket_start__gte": first, "bucket_start__lt": time_range.until}
+
+
+def _tool_rollups(time_range: TimeRange, tools: Iterable[str] | None) -> Iterable[ToolRollup]:
+    rollups = ToolRollup.objects.filter(**_hours(time_range)).order_by()
+    if tools is not None:
+        rollups = rollups.filter(tool_name__in=list(tools))
+    return rollups.iterator(chunk_size=2000)
+
+
+def tool_totals(time_range: TimeRange, tools: Iterable[str] | None = None) -> list[ToolTotals]:
+    """Return each tool's totals over a range (all tools, or the named ones), by name."""
+    totals: dict[str, ToolTotals] = {}
+    for rollup in _tool_rollups(time_range, tools):
+        totals.setdefault(rollup.tool_name, ToolTotals(rollup.tool_name)).add(rollup)
+    return [totals[name] for name in sorted(totals)]
+
+
+def tool_series(
+    time_range: TimeRange, tools: Iterable[str] | None = None
+) -> dict[str, dict[datetime, ToolTotals]]:
+    """Return, per tool, its totals per chart bucket of a range (buckets without calls left out)."""
+    series: dict[str, dict[datetime, ToolTotals]] = defaultdict(dict)
+    for rollup in _tool_rollups(time_range, tools):
+        bucket = time_range.bucket_of(rollup.bucket_start)
+        points = series[rollup.tool_name]
+        points.setdefault(bucket, ToolTotals(rollup.tool_name)).add(rollup)
+    return dict(series)
+
+
+@dataclass
+class SpanTotals:
+    """Spans of every kind summed over some hours: calls, failures, tokens and cost."""
+
+    calls: int = 0
+    failures: int = 0
+    tool_calls: int = 0
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    result_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, rollup: SpanRollup) -> None:
+        self.calls += rollup.calls
+        self.failures += rollup.failures
+        self.tool_calls += rollup.calls if rollup.kind == "tool" else 0
+        self.llm_calls += rollup.calls if rollup.kind == "llm" else 0
+        self.input_tokens += rollup.input_tokens
+        self.output_tokens += rollup.output_tokens
+        self.result_tokens += rollup.result_tokens
+        self.cost_usd += rollup.cost_usd
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class ActivitySummary:
+    """The overview's numbers: totals, per chart bucket, and tool calls by chooser and place."""
+
+    totals: SpanTotals
+    by_bucket: dict[datetime, SpanTotals]
+    tool_calls_by_chosen_by: dict[str, int]
+    tool_calls_by_ran_on: dict[str, int]
+    calls_by_agent: dict[str, int]
+
+
+def activity(time_range: TimeRange) -> ActivitySummary:
+    """Return the span totals of a range, from the span rollups."""
+    totals, by_bucket = SpanTotals(), defaultdict(SpanTotals)
+    chosen_by: dict[str, int] = defaultdict(int)
+    ran_on: dict[str, int] = defaultdict(int)
+    agents: dict[str, int] = defaultdict(int)
+    for rollup in SpanRollup.objects.filter(**_hours(time_range)).order_by().iterator(2000):
+        totals.add(rollup)
+        by_bucket[time_range.bucket_of(rollup.bucket_start)].add(rollup)
+        agents[rollup.agent or "(none)"] += rollup.calls
+        if rollup.kind == "tool":
+            chosen_by[rollup.chosen_by or "unknown"] += rollup.calls
+            ran_on[rollup.ran_on or "unknown"] += rollup.calls
+    return ActivitySummary(totals, dict(by_bucket), dict(chosen_by), dict(ran_on), dict(agents))

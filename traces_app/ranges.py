@@ -1,0 +1,103 @@
+"""The time range a dashboard page shows: `?range=24h`, or `?since=...&until=...` (ISO 8601)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
+
+PRESETS: dict[str, tuple[timedelta, str]] = {
+    "1h": (timedelta(hours=1), "last hour"),
+    "6h": (timedelta(hours=6), "last 6 hours"),
+    "24h": (timedelta(hours=24), "last 24 hours"),
+    "7d": (timedelta(days=7), "last 7 days"),
+    "30d": (timedelta(days=30), "last 30 days"),
+}
+DEFAULT_PRESET = "24h"
+MAX_SPAN = timedelta(days=400)
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    since: datetime
+    until: datetime
+    label: str
+    preset: str = ""  # "" for a custom since/until range
+
+    @property
+    def bucket(self) -> timedelta:
+        """Chart bucket size: an hour, or a day for ranges over a week."""
+        return DAY if self.until - self.since > timedelta(days=7) else HOUR
+
+    def bucket_starts(self) -> list[datetime]:
+        """Return the start of every chart bucket that overlaps the range, oldest first."""
+        step = self.bucket
+        start = self.since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        if step == DAY:
+            start = start.replace(hour=0)
+        starts = []
+        while start < self.until:
+            starts.append(start)
+            start += step
+        return starts
+
+    def bucket_of(self, moment: datetime) -> datetime:
+        """Return the start of the chart bucket holding a moment."""
+        moment = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        return moment.replace(hour=0) if self.bucket == DAY else moment
+
+    def query(self) -> str:
+        """Return the query string that reopens this range, for links between pages."""
+        if self.preset:
+            return urlencode({"range": self.preset})
+        return urlencode({"since": self.since.isoformat(), "until": self.until.isoformat()})
+
+
+def parse_range(params: Mapping[str, str], now: datetime) -> tuple[TimeRange, str]:
+    """Return the requested range and an error to show ('' if none); bad input gets the default.
+
+    A custom range needs both ends; a missing zone means UTC; ends are swapped when
+    reversed, and longer ranges than MAX_SPAN are refused rather than scanned.
+    """
+    preset = params.get("range", "")
+    if params.get("since") or params.get("until"):
+        try:
+            since, until = _moment(params, "since"), _moment(params, "until")
+        except ValueError as exc:
+            return _preset(DEFAULT_PRESET, now), str(exc)
+        since, until = min(since, until), max(since, until)
+        if until - since > MAX_SPAN:
+            return _preset(DEFAULT_PRESET, now), f"a range can span at most {MAX_SPAN.days} days"
+        if since == until:
+            return _preset(DEFAULT_PRESET, now), "since and until are the same moment"
+        label = f"{since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC"
+        return TimeRange(since, until, label), ""
+    if preset and preset not in PRESETS:
+        known = ", ".join(PRESETS)
+        return _preset(DEFAULT_PRESET, now), f"unknown range {preset!r}; choose one of {known}"
+    return _preset(preset or DEFAULT_PRESET, now), ""
+
+
+def _preset(key: str, now: datetime) -> TimeRange:
+    span, label = PRESETS[key]
+    return TimeRange(now - span, now, label, key)
+
+
+def _moment(params: Mapping[str, str], key: str) -> datetime:
+    raw = params.get(key, "").strip()
+    if not raw:
+        raise ValueError(f"{key}: missing; a custom range needs both since and until")
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValueError(f"{key}: {raw[:40]!r} is not an ISO 8601 date or time") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def range_context(params: Mapping[str, str], now: datetime) -> dict[str, object]:
+    """Return the template context of `templates/charts/range.html` for a page's query."""
+    time_range, error = parse_range(params, now)
+    return {"time_range": time_range, "range_error": error, "range_presets": list(PRESETS)}
