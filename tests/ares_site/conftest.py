@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,3 +72,20 @@ def staff_page(page: Any, live_server: Any, django_user_model: Any) -> Any:
     page.click("input[type=submit]")
     page.wait_for_url(f"{live_server.url}/admin/")
     return page
+
+
+# Screenshots of the main pages, kept as test artifacts (var/ is git-ignored).
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+
+
+@pytest.fixture
+def screenshot() -> Callable[[Any, str], Path]:
+    """Return a function that saves a full-page screenshot as var/screenshots/<name>.png."""
+
+    def save(page: Any, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return save
