@@ -1,7 +1,44 @@
 """Small helpers the benchmark scripts share."""
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
 
 def percentile(values: list[float], fraction: float) -> float:
     """Return the nearest-rank percentile of values (fraction 0.95 for p95)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@contextmanager
+def postgres_database(server_url: str, name: str, *, keep: bool = False) -> Iterator[str | None]:
+    """Create database `name` on the server of `server_url` (unless it exists) and yield its URL.
+
+    Yields None, after saying why, when the server is unreachable. The database is
+    dropped afterwards unless `keep` is set (to reuse slow-to-build data next run).
+    """
+    parts = urlsplit(server_url)
+    admin_url = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
+    try:
+        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        print(f"PostgreSQL at {parts.hostname}:{parts.port or 5432} is unreachable, skipped: {exc}")
+        yield None
+        return
+    with admin:
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        try:
+            yield urlunsplit(parts._replace(path=f"/{name}"))
+        finally:
+            if not keep:
+                admin.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
