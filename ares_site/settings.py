@@ -151,10 +151,15 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Run by `celery -A ares_site beat`: catch up rollups every minute (covers spans whose
-# refresh was lost or skipped), purge old raw spans once a day.
+# refresh was lost or skipped) and re-scan recent traces for spirals every minute, purge
+# old raw spans once a day.
 CELERY_BEAT_SCHEDULE = {
     "refresh-recent-rollups": {
         "task": "traces_app.tasks.refresh_rollups_task",
+        "schedule": 60.0,
+    },
+    "rescan-recent-spirals": {
+        "task": "traces_app.tasks.rescan_spirals_task",
         "schedule": 60.0,
     },
     "purge-old-invocations": {

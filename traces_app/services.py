@@ -19,6 +19,8 @@ from traces_app.models import (
     FailureSpiral,
     Invocation,
     SpanKind,
+    SpiralResolution,
+    Trace,
     add_to_trace_totals,
     insert_ignoring_conflicts,
 )
@@ -265,6 +267,37 @@ def detect_spirals(trace_id: str) -> None:
     FailureSpiral.objects.replace_for_trace(
         trace_id, find_spirals(calls, spiral_rule()), window_start
     )
+
+
+# A trace whose spiral has seen no new call for this long has stopped spiralling.
+SPIRAL_QUIET = timedelta(minutes=10)
+
+
+def rescan_spirals(since: datetime, limit: int = 2000) -> int:
+    """Re-detect spirals in traces with tool calls received since `since`; return how many.
+
+    Ingest sees a loop only when one process counted its repeats, so a loop whose calls
+    reached different processes waits for this scan (the beat runs it every minute). It
+    also settles loops that went quiet: an `ongoing` spiral with no call for SPIRAL_QUIET
+    is marked gave_up. At most `limit` traces, the most recently received first.
+    """
+    recent = (
+        Invocation.objects.filter(received_at__gte=since, kind=SpanKind.TOOL)
+        .order_by("-received_at")
+        .values_list("trace_id", flat=True)[: limit * 10]
+    )
+    trace_ids = list(
+        Trace.objects.filter(pk__in=set(recent), tool_calls__gte=spiral_rule().min_repeats)
+        .order_by("-started_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for trace_id in trace_ids:
+        with transaction.atomic():
+            detect_spirals(trace_id)
+    FailureSpiral.objects.filter(
+        resolution=SpiralResolution.ONGOING, ended_at__lt=timezone.now() - SPIRAL_QUIET
+    ).update(resolution=SpiralResolution.GAVE_UP, updated_at=timezone.now())
+    return len(trace_ids)
 
 
 def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[dict[str, Any]]:

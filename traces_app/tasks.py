@@ -42,3 +42,14 @@ def refresh_rollups_task(  # noqa: ANN001 - Celery's task
 def purge_invocations_task() -> int:
     """Delete raw spans older than ARES_RETENTION_DAYS; rollups stay."""
     return purge_old_invocations()
+
+
+RECENT_SPIRAL_WINDOW = timedelta(minutes=2)
+
+
+@shared_task
+def rescan_spirals_task() -> int:
+    """Re-detect spirals in traces that received tool calls lately (see services.rescan_spirals)."""
+    from traces_app.services import rescan_spirals  # services enqueues this module's tasks
+
+    return rescan_spirals(timezone.now() - RECENT_SPIRAL_WINDOW)

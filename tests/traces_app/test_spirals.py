@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_span
+from traces_app import services
 from traces_app.models import FailureSpiral
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
+from traces_app.tasks import rescan_spirals_task
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 RULE = SpiralRule()
@@ -267,3 +269,35 @@ def test_it_reads_the_threshold_from_settings(transactional_db, settings) -> Non
 def at_seconds(seconds: float) -> str:
     """Return the ISO time `seconds` after T0."""
     return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def test_the_rescan_finds_a_loop_whose_calls_reached_different_processes(
+    transactional_db, monkeypatch
+) -> None:
+    trace_id = secrets.token_hex(16)
+    now = datetime.now(UTC)
+    for i in range(3):  # each call counted by a "new process" that never saw the others
+        monkeypatch.setattr(services, "_recent_calls", services._RecentCalls(size=10))
+        span = make_span(trace_id=trace_id, started_at=(now + timedelta(seconds=i)).isoformat())
+        record_invocations([InvocationIn.model_validate(span)])
+    assert not FailureSpiral.objects.filter(trace_id=trace_id).exists()
+
+    assert rescan_spirals_task.delay().get() == 1
+
+    spiral = FailureSpiral.objects.get(trace_id=trace_id)
+    assert (spiral.kind, spiral.attempts, spiral.resolution) == ("loop", 3, "ongoing")
+
+
+def test_the_rescan_settles_a_loop_that_went_quiet(transactional_db) -> None:
+    trace_id = secrets.token_hex(16)
+    quiet_since = datetime.now(UTC) - services.SPIRAL_QUIET - timedelta(minutes=1)
+    for i in range(3):
+        started = (quiet_since + timedelta(seconds=i)).isoformat()
+        record_invocations(
+            [InvocationIn.model_validate(make_span(trace_id=trace_id, started_at=started))]
+        )
+    assert FailureSpiral.objects.get(trace_id=trace_id).resolution == "ongoing"
+
+    rescan_spirals_task.delay().get()
+
+    assert FailureSpiral.objects.get(trace_id=trace_id).resolution == "gave_up"
