@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
@@ -42,6 +42,26 @@ class TraceStatus(models.TextChoices):
     ERROR = "error", "Has failures"
 
 
+class Dialect(models.TextChoices):
+    """Which OpenTelemetry attribute convention reported a trace's spans (traces_app.otlp)."""
+
+    GENAI = "genai", "OpenTelemetry GenAI"
+    OPENINFERENCE = "openinference", "OpenInference"
+    OPENLLMETRY = "openllmetry", "OpenLLMetry"
+    OTEL = "otel", "OpenTelemetry, no known dialect"
+
+
+class TraceManager(models.Manager):
+    def note_dialect(self, trace_ids: Iterable[str], dialect: str) -> int:
+        """Record that OTLP spans in `dialect` reported these traces; return how many changed.
+
+        A named dialect replaces a blank one or "otel" (a trace's generic spans may come
+        first); a trace keeps the first named dialect it was reported in.
+        """
+        weaker = [""] if dialect == Dialect.OTEL else ["", Dialect.OTEL]
+        return self.filter(trace_id__in=list(trace_ids), dialect__in=weaker).update(dialect=dialect)
+
+
 class Trace(models.Model):
     """One agent task: the spans that share a trace id, with running totals."""
 
@@ -62,6 +82,17 @@ class Trace(models.Model):
     tool_latency_ms = models.FloatField(default=0.0)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # A database default too: ingest inserts traces with SQL that does not name it.
+    dialect = models.CharField(
+        max_length=16,
+        choices=Dialect.choices,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The OpenTelemetry dialect that reported it; blank for the REST API",
+    )
+
+    objects = TraceManager()
 
     class Meta:
         ordering = ["-started_at"]
@@ -850,3 +881,63 @@ def tool_stats(since: datetime, until: datetime) -> list[dict[str, Any]]:
     for row in rows:
         row["success_rate"] = (row["calls"] - row["failures"]) / row["calls"]
     return rows
+
+
+class OtlpProducerManager(models.Manager):
+    def record(
+        self, name: str, dialect: str, tool_spans: int, incomplete: Sequence[dict[str, Any]]
+    ) -> None:
+        """Count a producer's new tool spans and those missing attributes (dicts with `missing`)."""
+        now = timezone.now()
+        with transaction.atomic():
+            producer, _ = self.select_for_update().get_or_create(
+                name=name, defaults={"first_seen_at": now}
+            )
+            producer.add(dialect, tool_spans, incomplete, now)
+            producer.save()
+
+
+class OtlpProducer(models.Model):
+    """A service (OTLP service.name) that sends spans, and its tool spans missing attributes.
+
+    Tool spans without a tool name, a status or arguments are stored all the same (named
+    after their span, status ok); this tells their producer's developers what to fix.
+    """
+
+    RECENT_KEPT = 50
+
+    name = models.CharField(max_length=200, unique=True, help_text="Resource service.name")
+    dialect = models.CharField(max_length=16, choices=Dialect.choices, blank=True)
+    tool_spans = models.PositiveBigIntegerField(default=0)
+    missing_tool_name = models.PositiveBigIntegerField(default=0)
+    missing_status = models.PositiveBigIntegerField(default=0)
+    missing_arguments = models.PositiveBigIntegerField(default=0)
+    recent_incomplete = models.JSONField(
+        default=list, blank=True, help_text="The newest tool spans missing attributes"
+    )
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+
+    objects = OtlpProducerManager()
+
+    class Meta:
+        verbose_name = "OTLP producer"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def add(
+        self, dialect: str, tool_spans: int, incomplete: Sequence[dict[str, Any]], now: datetime
+    ) -> None:
+        """Add newly stored tool spans, `incomplete` being those that lacked attributes."""
+        if dialect != Dialect.OTEL or not self.dialect:
+            self.dialect = dialect
+        self.tool_spans += tool_spans
+        for span in incomplete:
+            for attribute in span["missing"]:
+                name = f"missing_{attribute}"
+                setattr(self, name, getattr(self, name) + 1)
+        newest = [*reversed(incomplete), *self.recent_incomplete]
+        self.recent_incomplete = newest[: self.RECENT_KEPT]
+        self.last_seen_at = now
