@@ -13,6 +13,7 @@ from django.utils.html import format_html_join
 
 from planner_app import rulesets
 from planner_app.models import (
+    Agent,
     Capability,
     CapabilityMapping,
     IntentRule,
@@ -218,3 +219,23 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             for s in run.progress.get("steps", [])
         ]  # fmt: skip
         return format_html_join("", "<div><b>{}</b> {} — {} {} <small>{} → {}</small></div>", rows)
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ["name", "model", "tool_list", "max_iterations", "discovery", "updated_at"]
+    list_filter = ["discovery", "tool_calling", "parallel_tools"]
+    search_fields = ["name", "description", "model"]
+    readonly_fields = ["updated_at"]
+    fieldsets = [
+        (None, {"fields": ["name", "description", "system_prompt", "tools"]}),
+        ("Loop", {"fields": ["max_iterations", "parallel_tools", "tool_timeout_s",
+                             "token_budget", "discovery", "tool_calling"]}),
+        ("LLM endpoint (empty: the ARES_LLM_* settings)",
+         {"fields": ["model", "base_url", "api_key"]}),
+        (None, {"fields": ["updated_at"]}),
+    ]  # fmt: skip
+
+    @admin.display(description="Tools")
+    def tool_list(self, agent: Agent) -> str:
+        return ", ".join(agent.tools) if agent.tools else "(none)"

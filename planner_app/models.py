@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -24,6 +26,13 @@ def _validate_patterns(patterns: Any) -> None:
 def _validate_names(value: Any) -> None:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise ValidationError("expected a list of non-empty names")
+
+
+def _validate_tool_names(value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValidationError("expected a list of tool names")
+    if len(set(value)) != len(value):
+        raise ValidationError("a tool is listed twice")
 
 
 class Capability(models.Model):
@@ -221,3 +230,90 @@ class WorkflowRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow} run {self.pk} ({self.status})"
+
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class Agent(models.Model):
+    """An LLM agent: its model, prompt, the tools it may call and how its loop runs (Path 1)."""
+
+    class Discovery(models.TextChoices):
+        PASSIVE = "passive", "Passive: the model sees every allowed tool"
+        ACTIVE = "active", "Active: the model asks for the tools it needs"
+
+    name = models.CharField(
+        max_length=100,
+        unique=True,
+        validators=[RegexValidator(r"^[a-zA-Z0-9_.-]{1,100}$", "letters, digits, _ . - only")],
+    )
+    description = models.TextField(blank=True)
+    model = models.CharField(
+        max_length=200, blank=True, help_text="Empty: ARES_LLM_MODEL from the environment"
+    )
+    system_prompt = models.TextField(blank=True)
+    tools = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[_validate_tool_names],
+        help_text='Tools it may call, e.g. ["calculator", "mcp.time.get_current_time"]; '
+        "empty: none. Enforced on every call, not only in what the model is shown.",
+    )
+    max_iterations = models.PositiveIntegerField(
+        default=10,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="LLM round trips before one last call without tools asks for an answer",
+    )
+    parallel_tools = models.BooleanField(
+        default=True, help_text="Run one turn's tool calls at the same time"
+    )
+    tool_timeout_s = models.FloatField(
+        default=30,
+        validators=[MinValueValidator(0.1), MaxValueValidator(3600)],
+        help_text="Seconds a tool call may take when the tool sets no timeout of its own",
+    )
+    discovery = models.CharField(max_length=8, choices=Discovery.choices, default=Discovery.PASSIVE)
+    tool_calling = models.BooleanField(
+        default=True,
+        help_text="Off for a model without tool support: it gets no tools and answers in text",
+    )
+    token_budget = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(500)],
+        help_text="Tokens per task; empty: ARES_LLM_TOKEN_BUDGET",
+    )
+    base_url = models.URLField(
+        max_length=500, blank=True, help_text="Empty: ARES_LLM_BASE_URL from the environment"
+    )
+    api_key = models.CharField(
+        max_length=100,
+        blank=True,
+        validators=[
+            RegexValidator(
+                r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$",
+                'a reference like "${OPENAI_API_KEY}": keep the key in ARES\'s environment',
+            )
+        ],
+        help_text='A reference like "${MY_LLM_KEY}", read from the environment; never the key '
+        "itself. Empty: ARES_LLM_API_KEY",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from tools_app.runtime import unknown_tool_problem
+
+        if isinstance(self.tools, list):
+            problems = [p for p in map(unknown_tool_problem, self.tools) if p]
+            if problems:
+                raise ValidationError({"tools": problems})
+
+    def resolved_api_key(self) -> str:
+        """Return the API key its ${NAME} reference points at ("" when unset)."""
+        return _ENV_REFERENCE.sub(lambda m: os.environ.get(m.group(1), ""), self.api_key)
