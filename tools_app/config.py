@@ -1,4 +1,4 @@
-"""Load tool settings and MCP servers from an `ares.toml` file into the database.
+"""Load tool settings and MCP servers from an `ares.toml` file into the database, and back.
 
     [tools.calculator]
     enabled = true
@@ -19,6 +19,8 @@ their place in the file and nothing of them is saved.
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,14 +56,14 @@ def import_config(text: str) -> ImportReport:
         report.problems.append("tools: expected a table like [tools.calculator]")
         tools = {}
     # Servers first: a [tools."mcp.time.convert_time"] entry needs its server to exist.
-    for place, entry in _server_entries(document.get("mcp_servers", {}), report):
-        _import_entry(report, place, lambda e=entry: _mcp_server(e))
+    for place, entry in named_entries(document.get("mcp_servers", {}), "mcp_servers", report):
+        import_entry(report, place, lambda e=entry: _mcp_server(e))
     for name, entry in tools.items():
-        _import_entry(report, f"tools.{name}", lambda n=name, e=entry: _tool_setting(n, e))
+        import_entry(report, f"tools.{name}", lambda n=name, e=entry: _tool_setting(n, e))
     return report
 
 
-def _import_entry(report: ImportReport, place: str, build: Any) -> None:
+def import_entry(report: ImportReport, place: str, build: Any) -> None:
     try:
         with transaction.atomic():
             build()
@@ -77,20 +79,22 @@ def _import_entry(report: ImportReport, place: str, build: Any) -> None:
         report.saved.append(place)
 
 
-def _server_entries(servers: Any, report: ImportReport) -> list[tuple[str, dict[str, Any]]]:
-    """Return (place, entry) for both [mcp_servers.NAME] and [[mcp_servers]] forms."""
-    if isinstance(servers, dict):
+def named_entries(
+    value: Any, section: str, report: ImportReport
+) -> list[tuple[str, dict[str, Any]]]:
+    """Return (place, entry) for both the [SECTION.NAME] and the [[SECTION]] forms."""
+    if isinstance(value, dict):
         return [
-            (f"mcp_servers.{name}", {**entry, "name": name} if isinstance(entry, dict) else entry)
-            for name, entry in servers.items()
+            (f"{section}.{name}", {**entry, "name": name} if isinstance(entry, dict) else entry)
+            for name, entry in value.items()
         ]
-    if isinstance(servers, list):
-        return [(f"mcp_servers[{index}]", entry) for index, entry in enumerate(servers)]
-    report.problems.append("mcp_servers: expected [mcp_servers.NAME] tables or [[mcp_servers]]")
+    if isinstance(value, list):
+        return [(f"{section}[{index}]", entry) for index, entry in enumerate(value)]
+    report.problems.append(f"{section}: expected [{section}.NAME] tables or [[{section}]]")
     return []
 
 
-def _checked(entry: Any, allowed: set[str]) -> dict[str, Any]:
+def checked_table(entry: Any, allowed: set[str]) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise TypeError(f"expected a table, got {type(entry).__name__}")
     unknown = sorted(set(entry) - allowed)
@@ -102,31 +106,33 @@ def _checked(entry: Any, allowed: set[str]) -> dict[str, Any]:
 
 
 def _tool_setting(name: str, entry: Any) -> None:
-    entry = _checked(entry, TOOL_KEYS)
+    entry = checked_table(entry, TOOL_KEYS)
     setting = ToolSetting.objects.filter(name=name).first() or ToolSetting(name=name)
-    setting.enabled = _typed(entry, "enabled", bool, setting.enabled)
-    setting.description = _typed(entry, "description", str, setting.description)
-    setting.timeout_s = _typed(entry, "timeout_secs", (int, float), setting.timeout_s)
+    setting.enabled = typed_value(entry, "enabled", bool, setting.enabled)
+    setting.description = typed_value(entry, "description", str, setting.description)
+    setting.timeout_s = typed_value(entry, "timeout_secs", (int, float), setting.timeout_s)
     setting.full_clean()
     setting.save()
 
 
 def _mcp_server(entry: Any) -> None:
-    entry = _checked(entry, SERVER_KEYS)
-    name = _typed(entry, "name", str, "")
+    entry = checked_table(entry, SERVER_KEYS)
+    name = typed_value(entry, "name", str, "")
     server = McpServer.objects.filter(name=name).first() or McpServer(name=name)
-    server.transport = _typed(entry, "transport", str, server.transport)
-    server.command = _typed(entry, "command", str, server.command)
-    server.args = _typed(entry, "args", list, server.args)
-    server.env = _typed(entry, "env", dict, server.env)
-    server.url = _typed(entry, "url", str, server.url)
-    server.timeout_s = _typed(entry, "timeout_secs", (int, float), server.timeout_s)
-    server.enabled = _typed(entry, "enabled", bool, server.enabled)
+    server.transport = typed_value(entry, "transport", str, server.transport)
+    server.command = typed_value(entry, "command", str, server.command)
+    server.args = typed_value(entry, "args", list, server.args)
+    server.env = typed_value(entry, "env", dict, server.env)
+    server.url = typed_value(entry, "url", str, server.url)
+    server.timeout_s = typed_value(entry, "timeout_secs", (int, float), server.timeout_s)
+    server.enabled = typed_value(entry, "enabled", bool, server.enabled)
     server.full_clean()
     server.save()
 
 
-def _typed(entry: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+def typed_value(
+    entry: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any
+) -> Any:
     if key not in entry:
         return default
     value = entry[key]
@@ -136,3 +142,67 @@ def _typed(entry: dict[str, Any], key: str, kind: type | tuple[type, ...], defau
         expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
         raise TypeError(f"{key}: expected {expected}, got {type(value).__name__} {value!r}")
     return value
+
+
+def export_config() -> dict[str, Any]:
+    """Return the saved tool settings and MCP servers as an ares.toml document (a dict)."""
+    tools = {}
+    for setting in ToolSetting.objects.all():
+        entry: dict[str, Any] = {"enabled": setting.enabled}
+        if setting.description:
+            entry["description"] = setting.description
+        if setting.timeout_s is not None:
+            entry["timeout_secs"] = setting.timeout_s
+        tools[setting.name] = entry
+    servers = {}
+    for server in McpServer.objects.all():
+        entry = {"transport": server.transport}
+        if server.transport == McpServer.Transport.STDIO:
+            entry.update(command=server.command, args=server.args, env=server.env)
+        else:
+            entry["url"] = server.url
+        entry.update(timeout_secs=server.timeout_s, enabled=server.enabled)
+        servers[server.name] = entry
+    return {"tools": tools, "mcp_servers": servers}
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")
+
+
+def dump_toml(document: dict[str, Any]) -> str:
+    """Return an ares.toml text for a document of tables and arrays of tables.
+
+    Enough TOML for ares.toml (tomllib reads, but does not write): sections are tables
+    of tables ([tools.NAME]) or lists of tables ([[agents]]); values are strings,
+    numbers, booleans, lists and flat tables of those. JSON's string escapes are TOML's.
+    """
+    blocks = []
+    for section, content in document.items():
+        if isinstance(content, dict):
+            for name, entry in content.items():
+                blocks.append(_table(f"[{_key(section)}.{_key(name)}]", entry))
+        else:
+            blocks.extend(_table(f"[[{_key(section)}]]", entry) for entry in content)
+    return "\n".join(blocks)
+
+
+def _table(header: str, entry: dict[str, Any]) -> str:
+    lines = [header, *(f"{_key(key)} = {_value(value)}" for key, value in entry.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        pairs = ", ".join(f"{_key(key)} = {_value(item)}" for key, item in value.items())
+        return "{ " + pairs + " }" if pairs else "{}"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
