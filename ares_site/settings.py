@@ -204,6 +204,22 @@ ARES_TOOL_SETTINGS_CHECK_S = float(env_int("ARES_TOOL_SETTINGS_CHECK_MS", 2000, 
 ARES_SPIRAL_MIN_REPEATS = env_int("ARES_SPIRAL_MIN_REPEATS", 3, minimum=2)
 ARES_SPIRAL_ALLOW_TOOLS = env_list("ARES_SPIRAL_ALLOW_TOOLS", [])
 
+# The LLM endpoint of agents (Path 1): any OpenAI-compatible chat-completions API
+# (OpenAI, vLLM, Ollama, llama.cpp server, LM Studio). Agents may name their own.
+# Without a base URL or a model, everything but the agent loop still works.
+ARES_LLM_BASE_URL = env_str("ARES_LLM_BASE_URL")
+if ARES_LLM_BASE_URL and not ARES_LLM_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"ARES_LLM_BASE_URL={ARES_LLM_BASE_URL!r} must be an http(s) URL")
+ARES_LLM_API_KEY = env_str("ARES_LLM_API_KEY")
+ARES_LLM_MODEL = env_str("ARES_LLM_MODEL")
+ARES_LLM_TIMEOUT_S = env_int("ARES_LLM_TIMEOUT_S", 120, minimum=1)
+ARES_LLM_STREAM = env_bool("ARES_LLM_STREAM", False)
+# Tokens per agent task, and the share of them (percent) that tool output may fill.
+ARES_LLM_TOKEN_BUDGET = env_int("ARES_LLM_TOKEN_BUDGET", 8000, minimum=500)
+ARES_LLM_TOOL_OUTPUT_PERCENT = env_int("ARES_LLM_TOOL_OUTPUT_PERCENT", 30, minimum=1)
+if ARES_LLM_TOOL_OUTPUT_PERCENT > 90:
+    raise ImproperlyConfigured("ARES_LLM_TOOL_OUTPUT_PERCENT must be at most 90")
+
 # Raw spans older than this many days are purged daily; hourly tool rollups are kept.
 ARES_RETENTION_DAYS = env_int("ARES_RETENTION_DAYS", 30, minimum=1)
 # Each web process asks for a rollup refresh of what it received at most this often.
