@@ -3,6 +3,7 @@ from django.urls import include, path
 
 from ares_site import views
 from ares_site.api import api
+from traces_app import otlp_views
 
 admin.site.site_header = "ARES Console"
 admin.site.site_title = "ARES Console"
@@ -13,5 +14,6 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    path("v1/traces", otlp_views.export_traces, name="otlp-traces"),  # the OTLP/HTTP standard path
     path("planner/", include("planner_app.urls")),
 ]

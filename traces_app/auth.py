@@ -1,4 +1,4 @@
-"""API-key authentication for the REST API: `Authorization: Bearer ares_...`, scoped."""
+"""API-key authentication: `Authorization: Bearer ares_...` or `x-api-key: ares_...`, scoped."""
 
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ class ApiKeyAuth(HttpBearer):
     def __init__(self, scope: str) -> None:
         self.scope = scope
         super().__init__()
+
+    def __call__(self, request: HttpRequest) -> ApiKey | None:
+        # Some OpenTelemetry exporters and SDKs can only be given an `x-api-key` header.
+        api_key = request.headers.get("X-Api-Key", "").strip()
+        if api_key and "Authorization" not in request.headers:
+            return self.authenticate(request, api_key)
+        return super().__call__(request)
 
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey:
         if not token.strip():

@@ -19,10 +19,15 @@ MAX_JSON_DEPTH = 100
 
 def read_json_body(request: HttpRequest) -> Any:
     """Return the request's JSON body, or raise HttpError 400/413/415 saying what is wrong."""
-    limit = settings.ARES_INGEST_MAX_BODY_BYTES
     if request.content_type != "application/json":
         got = request.content_type or "none"
         raise HttpError(415, f"Content-Type must be application/json, got {got}")
+    return parse_json(read_body(request))
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """Return the request's body, gunzipped, or raise HttpError 400/413/415 saying what is wrong."""
+    limit = settings.ARES_INGEST_MAX_BODY_BYTES
     try:
         raw = request.body
     except RequestDataTooBig:
@@ -34,7 +39,7 @@ def read_json_body(request: HttpRequest) -> Any:
         raise HttpError(415, f"Content-Encoding {encoding!r} is not supported: use gzip or none")
     if len(raw) > limit:
         raise HttpError(413, f"request body is larger than {limit} bytes")
-    return parse_json(raw)
+    return raw
 
 
 def gunzip_bounded(raw: bytes, limit: int) -> bytes:

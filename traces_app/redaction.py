@@ -8,6 +8,8 @@ import json
 import re
 from typing import Any
 
+from traces_app.bodies import MAX_JSON_DEPTH, nesting_exceeds
+
 REDACTED = "[REDACTED]"
 TRUNCATED_KEY = "__truncated__"
 
@@ -197,9 +199,12 @@ def parse_json_text(value: Any) -> Any:
     """
     if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
         try:
-            return json.loads(value)
-        except ValueError:
+            decoded = json.loads(value)
+        except (ValueError, RecursionError):
             return value
+        # Nesting beyond what request bodies may hold stays text: redaction and storing
+        # walk payloads recursively.
+        return value if nesting_exceeds(decoded, MAX_JSON_DEPTH) else decoded
     return value
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the traces API tests: posting batches, reading problems, logged-in sessions."""
+"""Fixtures for the traces API tests: posting batches, reading problems, sessions, OTLP export."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
 PASSWORD = "pw-for-tests-1"
 
@@ -77,3 +82,50 @@ def session_client(live_server: Any) -> Iterator[Callable[..., httpx.Client]]:
     yield login
     for client in clients:
         client.close()
+
+
+class RecordingExporter(OTLPSpanExporter):
+    """The SDK's OTLP/HTTP protobuf exporter, remembering the result of each export."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.results: list[SpanExportResult] = []
+
+    def export(self, spans: Any) -> SpanExportResult:
+        result = super().export(spans)
+        self.results.append(result)
+        return result
+
+
+@pytest.fixture
+def otlp_url(live_server: Any) -> str:
+    """The live server's OTLP/HTTP traces endpoint."""
+    return f"{live_server.url}/v1/traces"
+
+
+@pytest.fixture
+def sdk_export(otlp_url: str, make_key: Callable[..., str]) -> Callable[..., list[Any]]:
+    """Return a function that makes spans with the OpenTelemetry SDK and exports them to us.
+
+    `make_spans(tracer)` creates the spans; they go through the SDK's BatchSpanProcessor
+    and OTLP/HTTP exporter, as in an instrumented agent. Returns the export results.
+    """
+
+    def export(
+        make_spans: Callable[[Any], None],
+        resource: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        compression: Compression | None = None,
+    ) -> list[SpanExportResult]:
+        if headers is None:
+            headers = {"Authorization": f"Bearer {make_key('report')}"}
+        exporter = RecordingExporter(
+            endpoint=otlp_url, headers=headers, compression=compression, timeout=30
+        )
+        provider = TracerProvider(resource=Resource.create(resource or {}))
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        make_spans(provider.get_tracer("ares-tests"))
+        provider.shutdown()  # flushes, then stops the processor's thread
+        return exporter.results
+
+    return export

@@ -1,0 +1,484 @@
+"""OpenTelemetry traces in: decode OTLP/HTTP requests, read each span's dialect, map it to a span.
+
+Three dialects of tool and LLM spans are read, in this order: OpenTelemetry GenAI
+(`gen_ai.operation.name`), OpenInference (`openinference.span.kind`) and OpenLLMetry
+(`traceloop.span.kind`). Other spans are kept as generic spans of their trace (kind
+"other"), so a trace's waterfall stays whole, but are not counted as tool calls.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from pydantic import ValidationError
+
+from traces_app.bodies import MAX_JSON_DEPTH, nesting_exceeds, parse_json
+from traces_app.models import OtlpProducer, Trace
+from traces_app.schemas import InvocationFromDict, InvocationIn, field_errors
+from traces_app.services import record_invocations
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+CONTENT_TYPES = (PROTOBUF, JSON)
+
+GENAI, OPENINFERENCE, OPENLLMETRY, GENERIC = "genai", "openinference", "openllmetry", "otel"
+UNKNOWN_SERVICE = "unknown_service"  # what OpenTelemetry SDKs report without service.name
+
+# Attributes a tool span should carry; their absence is reported per producer.
+MISSING_TOOL_NAME, MISSING_STATUS, MISSING_ARGUMENTS = "tool_name", "status", "arguments"
+
+_GENAI_LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "embeddings"}
+_GENAI_AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
+_OPENINFERENCE_KINDS = {"TOOL": "tool", "LLM": "llm", "AGENT": "agent"}
+_OPENLLMETRY_KINDS = {"tool": "tool", "agent": "agent"}
+_NAME_MAX = 200
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ABSENT = object()
+
+
+class OtlpDecodeError(ValueError):
+    """The body is not an ExportTraceServiceRequest in the encoding it claims."""
+
+
+def decode_request(raw: bytes, content_type: str) -> ExportTraceServiceRequest:
+    """Return the ExportTraceServiceRequest in a protobuf or OTLP/JSON body."""
+    message = ExportTraceServiceRequest()
+    if content_type == PROTOBUF:
+        try:
+            message.ParseFromString(raw)
+        except DecodeError as exc:
+            raise OtlpDecodeError(
+                f"body is not a protobuf ExportTraceServiceRequest: {exc}"
+            ) from None
+        return message
+    document = parse_json(raw)  # raises HttpError 400 for bad JSON, saying where
+    if not isinstance(document, dict):
+        raise OtlpDecodeError('body must be a JSON object {"resourceSpans": [...]}')
+    try:
+        json_format.ParseDict(_ids_as_base64(document), message, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise OtlpDecodeError(
+            f"body is not an OTLP/JSON ExportTraceServiceRequest: {exc}"
+        ) from None
+    return message
+
+
+def _ids_as_base64(document: dict[str, Any]) -> dict[str, Any]:
+    """Return the OTLP/JSON document with its hex trace and span ids in protobuf's base64.
+
+    OTLP/JSON departs from protobuf's JSON mapping for ids: they are hex, not base64. An
+    id that is not hex becomes empty, so its span alone is rejected for a missing id.
+    """
+    for resource_spans in _objects(document.get("resourceSpans")):
+        for scope_spans in _objects(resource_spans.get("scopeSpans")):
+            for span in _objects(scope_spans.get("spans")):
+                _convert_ids(span)
+                for link in _objects(span.get("links")):
+                    _convert_ids(link)
+    return document
+
+
+def _objects(value: Any) -> Iterable[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _convert_ids(node: dict[str, Any]) -> None:
+    for key in ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"):
+        value = node.get(key)
+        if isinstance(value, str):
+            try:
+                node[key] = base64.b64encode(bytes.fromhex(value)).decode()
+            except ValueError:
+                node[key] = ""
+
+
+def encode_message(message: Message, content_type: str) -> bytes:
+    """Return a response message in the request's encoding: protobuf or OTLP/JSON."""
+    if content_type == PROTOBUF:
+        return message.SerializeToString()
+    return json_format.MessageToJson(message, indent=None).encode()
+
+
+@dataclass
+class SpanReading:
+    """One OTLP span as read: the span to store, or why it was rejected, and its producer."""
+
+    trace_id: str
+    span_id: str
+    producer: str
+    dialect: str
+    item: InvocationIn | None = None
+    error: str = ""
+    missing: tuple[str, ...] = ()
+
+    @property
+    def is_tool(self) -> bool:
+        return self.item is not None and self.item.kind == "tool"
+
+    def incomplete_record(self) -> dict[str, Any]:
+        """Return what a producer's report keeps of a tool span that lacked attributes."""
+        return {
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "tool_name": self.item.tool_name if self.item else "",
+            "missing": list(self.missing),
+            "started_at": self.item.started_at.isoformat() if self.item else None,
+        }
+
+
+def read_request(request: ExportTraceServiceRequest) -> list[SpanReading]:
+    """Return every span of the request, mapped and validated (or rejected) one by one."""
+    readings = []
+    for resource_spans in request.resource_spans:
+        resource = attribute_dict(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                readings.append(read_span(span, resource))
+    return readings
+
+
+def store_readings(readings: Sequence[SpanReading]) -> list[SpanReading]:
+    """Store the valid spans, note their traces' dialects and producers' gaps; return the rest.
+
+    Spans already stored (a retried export) are accepted again and counted once.
+    """
+    valid = [reading for reading in readings if reading.item is not None]
+    is_new = record_invocations([reading.item for reading in valid]) if valid else []
+    traces_by_dialect: dict[str, set[str]] = {}
+    for reading in valid:
+        traces_by_dialect.setdefault(reading.dialect, set()).add(reading.trace_id)
+    for dialect, trace_ids in traces_by_dialect.items():
+        Trace.objects.note_dialect(trace_ids, dialect)
+    new_tool_spans: dict[str, list[SpanReading]] = {}
+    for reading, new in zip(valid, is_new, strict=True):
+        if new and reading.is_tool:
+            new_tool_spans.setdefault(reading.producer, []).append(reading)
+    for producer, tool_spans in new_tool_spans.items():
+        incomplete = [reading.incomplete_record() for reading in tool_spans if reading.missing]
+        OtlpProducer.objects.record(producer, tool_spans[0].dialect, len(tool_spans), incomplete)
+    return [reading for reading in readings if reading.item is None]
+
+
+def rejection_summary(rejected: Sequence[SpanReading], total: int, shown: int = 5) -> str:
+    """Return the partial_success error message: how many spans were rejected, and why."""
+    reasons = [
+        f"span {reading.span_id or '(none)'} of trace {reading.trace_id or '(none)'}: "
+        f"{reading.error}"
+        for reading in rejected[:shown]
+    ]
+    more = f"; and {len(rejected) - shown} more" if len(rejected) > shown else ""
+    return f"{len(rejected)} of {total} spans rejected: " + "; ".join(reasons)[:2000] + more
+
+
+def read_span(span: Span, resource: dict[str, Any]) -> SpanReading:
+    """Map one span onto a validated InvocationIn, or say why it cannot be stored."""
+    attributes = attribute_dict(span.attributes)
+    dialect, dialect_fields = _read_dialect(attributes, span.name)
+    producer = _text(resource.get("service.name")) or UNKNOWN_SERVICE
+    reading = SpanReading(
+        trace_id=span.trace_id.hex(), span_id=span.span_id.hex(), producer=producer, dialect=dialect
+    )
+    problem = _id_problem(span)
+    if problem:
+        reading.error = problem
+        return reading
+    timing = _timing(span)
+    if isinstance(timing, str):
+        reading.error = timing
+        return reading
+    fields, missing = _invocation_fields(span, attributes, resource, dialect_fields)
+    fields.update(timing)
+    try:
+        reading.item = InvocationFromDict.model_validate(fields)
+    except ValidationError as exc:
+        reading.error = "; ".join(f"{e.field}: {e.reason}" for e in field_errors(exc))
+        return reading
+    reading.missing = missing if reading.item.kind == "tool" else ()
+    return reading
+
+
+def _id_problem(span: Span) -> str:
+    """Return why the span's ids are unusable, or an empty string."""
+    if len(span.trace_id) != 16:
+        return f"traceId must be 16 bytes (32 hex characters), got {len(span.trace_id)} bytes"
+    if len(span.span_id) != 8:
+        return f"spanId must be 8 bytes (16 hex characters), got {len(span.span_id)} bytes"
+    if span.parent_span_id and len(span.parent_span_id) != 8:
+        return f"parentSpanId must be 8 bytes or empty, got {len(span.parent_span_id)} bytes"
+    return ""
+
+
+def _timing(span: Span) -> dict[str, Any] | str:
+    """Return started_at and latency_ms of a span, or why its timestamps are unusable."""
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if not start:
+        return "startTimeUnixNano is missing"
+    if not end:
+        return "endTimeUnixNano is missing"
+    if end < start:
+        return "endTimeUnixNano is before startTimeUnixNano"
+    # Whole microseconds: what the database keeps. uint64 nanoseconds end in 2554 AD,
+    # well within datetime's range; absurd values are refused by the schema's checks.
+    started_at = _EPOCH + timedelta(microseconds=start // 1000)
+    return {"started_at": started_at, "latency_ms": (end - start) / 1e6}
+
+
+@dataclass
+class DialectFields:
+    """What a dialect's attributes say about a span; _ABSENT where they say nothing."""
+
+    kind: str = "other"
+    tool_name: Any = _ABSENT
+    tool_call_id: Any = _ABSENT
+    arguments: Any = _ABSENT
+    result: Any = None
+    model: Any = None
+    input_tokens: Any = None
+    output_tokens: Any = None
+    error_type: Any = None
+    agent: Any = None
+    fallback_name: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _read_dialect(attributes: dict[str, Any], name: str) -> tuple[str, DialectFields]:
+    """Return which dialect a span speaks and what it says, trying the dialects in order."""
+    if "gen_ai.operation.name" in attributes:
+        return GENAI, _read_genai(attributes, name)
+    if "openinference.span.kind" in attributes:
+        return OPENINFERENCE, _read_openinference(attributes, name)
+    if "traceloop.span.kind" in attributes:
+        return OPENLLMETRY, _read_openllmetry(attributes, name)
+    if any(key.startswith("gen_ai.") for key in attributes):
+        # LLM spans without an operation name: older GenAI producers, and OpenLLMetry,
+        # whose LLM spans carry gen_ai.* attributes beside its own llm.* ones.
+        traceloop = any(key.startswith(("traceloop.", "llm.")) for key in attributes)
+        return (OPENLLMETRY if traceloop else GENAI), _read_genai(attributes, name)
+    return GENERIC, DialectFields(fallback_name=name)
+
+
+def _read_genai(attributes: dict[str, Any], name: str) -> DialectFields:
+    operation = _text(attributes.get("gen_ai.operation.name"))
+    model = attributes.get("gen_ai.request.model") or attributes.get("gen_ai.response.model")
+    input_tokens = _first(attributes, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+    output_tokens = _first(
+        attributes, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"
+    )
+    if operation == "execute_tool":
+        kind = "tool"
+    elif operation in _GENAI_LLM_OPERATIONS or (
+        not operation and (model or input_tokens is not None or output_tokens is not None)
+    ):
+        kind = "llm"
+    elif operation in _GENAI_AGENT_OPERATIONS:
+        kind = "agent"
+    else:
+        kind = "other"
+    return DialectFields(
+        kind=kind,
+        tool_name=attributes.get("gen_ai.tool.name", _ABSENT),
+        tool_call_id=attributes.get("gen_ai.tool.call.id", _ABSENT),
+        arguments=attributes.get("gen_ai.tool.call.arguments", _ABSENT),
+        result=attributes.get("gen_ai.tool.call.result"),
+        model=model,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        error_type=attributes.get("error.type"),
+        agent=attributes.get("gen_ai.agent.name"),
+        # GenAI names tool spans "execute_tool {gen_ai.tool.name}".
+        fallback_name=name.removeprefix("execute_tool").strip() if kind == "tool" else name,
+    )
+
+
+def _read_openinference(attributes: dict[str, Any], name: str) -> DialectFields:
+    kind = _OPENINFERENCE_KINDS.get(_text(attributes["openinference.span.kind"]).upper(), "other")
+    arguments = attributes.get("input.value", _ABSENT)
+    parameters = attributes.get("tool.parameters", _ABSENT)
+    # tool.parameters is the tool's parameter schema, but some producers put the call's
+    # arguments there: use it when input.value is absent and it is not a JSON Schema.
+    if arguments is _ABSENT and parameters is not _ABSENT and not _is_json_schema(parameters):
+        arguments = parameters
+    return DialectFields(
+        kind=kind,
+        tool_name=attributes.get("tool.name", _ABSENT),
+        tool_call_id=attributes.get("tool.id", attributes.get("tool_call.id", _ABSENT)),
+        arguments=arguments if kind == "tool" else _ABSENT,
+        result=attributes.get("output.value") if kind == "tool" else None,
+        model=attributes.get("llm.model_name"),
+        input_tokens=attributes.get("llm.token_count.prompt"),
+        output_tokens=attributes.get("llm.token_count.completion"),
+        error_type=attributes.get("exception.type"),
+        agent=attributes.get("agent.name"),
+        fallback_name=name,
+    )
+
+
+def _read_openllmetry(attributes: dict[str, Any], name: str) -> DialectFields:
+    kind = _OPENLLMETRY_KINDS.get(_text(attributes["traceloop.span.kind"]).lower(), "other")
+    arguments = attributes.get("traceloop.entity.input", _ABSENT)
+    if arguments is not _ABSENT:
+        arguments = _unwrap_call(_decoded(arguments))
+    return DialectFields(
+        kind=kind,
+        tool_name=attributes.get("traceloop.entity.name", _ABSENT),
+        arguments=arguments,
+        result=attributes.get("traceloop.entity.output"),
+        # OpenLLMetry names tool spans "{name}.tool".
+        fallback_name=name.removesuffix(".tool") if kind == "tool" else name,
+    )
+
+
+def _unwrap_call(value: Any) -> Any:
+    """Return the keyword arguments of an OpenLLMetry {"args": [], "kwargs": {...}} input."""
+    if isinstance(value, dict) and set(value) <= {"args", "kwargs"} and not value.get("args"):
+        return value.get("kwargs", {})
+    return value
+
+
+def _is_json_schema(value: Any) -> bool:
+    schema = _decoded(value)
+    return isinstance(schema, dict) and (
+        "$schema" in schema or (schema.get("type") == "object" and "properties" in schema)
+    )
+
+
+def _invocation_fields(
+    span: Span,
+    attributes: dict[str, Any],
+    resource: dict[str, Any],
+    said: DialectFields,
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Return the InvocationIn fields of a span, and which tool attributes were missing."""
+    missing = []
+    tool_name = _name(said.tool_name) if said.tool_name is not _ABSENT else ""
+    if said.kind == "tool" and not tool_name:
+        missing.append(MISSING_TOOL_NAME)
+        tool_name = _name(said.fallback_name) or "unknown"
+    elif said.kind in ("other", "agent"):
+        # Not a tool: the span's name labels it in the trace's waterfall.
+        tool_name = _name(said.fallback_name)
+    failed = span.status.code == Status.STATUS_CODE_ERROR or bool(said.error_type)
+    if span.status.code == Status.STATUS_CODE_UNSET and not failed:
+        missing.append(MISSING_STATUS)
+    if said.arguments is _ABSENT:
+        missing.append(MISSING_ARGUMENTS)
+    fields = {
+        "trace_id": span.trace_id.hex(),
+        "span_id": span.span_id.hex(),
+        "parent_span_id": span.parent_span_id.hex() or None,
+        "kind": said.kind,
+        "tool_name": tool_name,
+        "tool_call_id": _text(said.tool_call_id) if said.tool_call_id is not _ABSENT else "",
+        "agent": _text(said.agent or resource.get("gen_ai.agent.name"))
+        or _text(resource.get("service.name")),
+        "session_id": _text(
+            attributes.get("session.id")
+            or attributes.get("gen_ai.conversation.id")
+            or resource.get("session.id")
+        ),
+        "model": _text(said.model),
+        "arguments": None if said.arguments is _ABSENT else _decoded(said.arguments),
+        "result": _decoded(said.result),
+        "status": "error" if failed else "ok",
+        "input_tokens": said.input_tokens or 0,
+        "output_tokens": said.output_tokens or 0,
+    }
+    if failed:
+        fields.update(_error_fields(span, said))
+    return fields, tuple(missing)
+
+
+def _error_fields(span: Span, said: DialectFields) -> dict[str, str]:
+    """Return error_kind and error_message from error.type, the status and exception events."""
+    exception = next(
+        (attribute_dict(event.attributes) for event in span.events if event.name == "exception"),
+        {},
+    )
+    error_type = _text(said.error_type) or _text(exception.get("exception.type"))
+    message = (
+        span.status.message or _text(exception.get("exception.message")) or error_type or "error"
+    )
+    kind = error_kind_slug(error_type) or ("tool_error" if said.kind == "tool" else "")
+    return {"error_kind": kind, "error_message": message}
+
+
+def error_kind_slug(error_type: str) -> str:
+    """Return an error type ("TimeoutError", "java.net.SocketTimeout", "500") as an error kind.
+
+    Error kinds are slugs (`timeout_error`); a dotted name keeps its last part.
+    """
+    last = error_type.rsplit(".", 1)[-1]
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", last).lower()
+    slug = re.sub(r"[^a-z0-9]+", "_", snake).strip("_")
+    if slug and not slug[0].isalpha():
+        slug = f"error_{slug}"
+    return slug[:40].rstrip("_")
+
+
+def _first(attributes: dict[str, Any], *keys: str) -> Any:
+    return next((attributes[key] for key in keys if key in attributes), None)
+
+
+def _text(value: Any) -> str:
+    """Return an attribute value as text: strings as they are, other values as JSON."""
+    if value is None or value is _ABSENT:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _name(value: Any) -> str:
+    """Return a name fit for a one-line field: control characters out, at most 200 characters."""
+    return _CONTROL_CHARS.sub(" ", _text(value)).strip()[:_NAME_MAX]
+
+
+def _decoded(value: Any) -> Any:
+    """Return a JSON object or array sent as text decoded; other values unchanged.
+
+    Producers send arguments and results as JSON strings (attributes hold no objects).
+    Text that does not decode, or nests deeper than bodies accept, stays text.
+    """
+    if not isinstance(value, str) or value.lstrip()[:1] not in ("{", "["):
+        return value
+    try:
+        decoded = json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+    return value if nesting_exceeds(decoded, MAX_JSON_DEPTH) else decoded
+
+
+def attribute_dict(pairs: Iterable[KeyValue]) -> dict[str, Any]:
+    """Return OTLP attributes as a dict of plain values; a repeated key keeps its first value."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        if pair.key not in values:
+            values[pair.key] = any_value(pair.value)
+    return values
+
+
+def any_value(value: AnyValue) -> Any:
+    """Return an OTLP AnyValue as a plain value: lists, dicts, scalars; bytes as hex."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [any_value(item) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return attribute_dict(value.kvlist_value.values)
+    if which == "bytes_value":
+        return binascii.hexlify(value.bytes_value).decode()
+    return getattr(value, which)

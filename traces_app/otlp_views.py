@@ -1,0 +1,100 @@
+"""POST /v1/traces: OpenTelemetry spans over OTLP/HTTP, protobuf or JSON, stored as invocations."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from google.rpc.status_pb2 import Status
+from ninja.errors import AuthenticationError, HttpError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from traces_app.auth import ApiKeyAuth
+from traces_app.bodies import read_body
+from traces_app.otlp import (
+    CONTENT_TYPES,
+    JSON,
+    OtlpDecodeError,
+    decode_request,
+    encode_message,
+    read_request,
+    rejection_summary,
+    store_readings,
+)
+
+logger = logging.getLogger(__name__)
+
+_report_key = ApiKeyAuth("report")
+# google.rpc.Code of each HTTP status we answer with, for the Status body.
+_GRPC_CODES = {400: 3, 401: 16, 403: 7, 413: 3, 415: 3, 429: 8, 500: 13, 503: 14}
+# PostgreSQL refusing for load, not for being down: too many connections, lock not
+# available, statement timeout.
+_BUSY_SQLSTATES = {"53300", "55P03", "57014"}
+RETRY_AFTER_SECONDS = "5"
+
+
+@csrf_exempt
+@require_POST
+def export_traces(request: HttpRequest) -> HttpResponse:
+    """Store the spans of an ExportTraceServiceRequest; answer as the OTLP/HTTP spec says.
+
+    Each span is mapped and validated on its own: the valid ones are stored and the
+    others counted in partial_success with the reasons. Errors are google.rpc.Status
+    bodies in the request's encoding.
+    """
+    encoding = request.content_type if request.content_type in CONTENT_TYPES else JSON
+    try:
+        return _export(request, encoding)
+    except OtlpDecodeError as exc:
+        return status_response(400, str(exc), encoding)
+    except HttpError as exc:
+        return status_response(exc.status_code, str(exc), encoding)
+    except (OperationalError, InterfaceError) as exc:
+        logger.error("database unavailable during OTLP export: %s", exc)
+        if _is_busy(exc):
+            return status_response(429, "database busy; nothing was stored, retry later", encoding)
+        return status_response(
+            503, "database unavailable; nothing was stored, retry later", encoding
+        )
+    except Exception:
+        logger.exception("unhandled error in OTLP export")
+        return status_response(500, "internal error; it has been logged", encoding)
+
+
+def _export(request: HttpRequest, encoding: str) -> HttpResponse:
+    if _report_key(request) is None:
+        raise AuthenticationError(
+            message="authentication required: send 'Authorization: Bearer ares_...' "
+            "or 'x-api-key: ares_...'"
+        )
+    if request.content_type not in CONTENT_TYPES:
+        got = request.content_type or "none"
+        raise HttpError(415, f"Content-Type must be {' or '.join(CONTENT_TYPES)}, got {got}")
+    readings = read_request(decode_request(read_body(request), request.content_type))
+    rejected = store_readings(readings)
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = len(rejected)
+        response.partial_success.error_message = rejection_summary(rejected, len(readings))
+    return HttpResponse(encode_message(response, encoding), content_type=encoding)
+
+
+def status_response(status: int, message: str, encoding: str) -> HttpResponse:
+    """Return an OTLP error: a google.rpc.Status body, with Retry-After when worth retrying."""
+    body = Status(code=_GRPC_CODES.get(status, 2), message=message)
+    response = HttpResponse(encode_message(body, encoding), status=status, content_type=encoding)
+    if status in (429, 503):
+        response["Retry-After"] = RETRY_AFTER_SECONDS
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="ares"'
+    return response
+
+
+def _is_busy(exc: Exception) -> bool:
+    """Return whether the database refused for load (locked, full) rather than being down."""
+    if getattr(exc.__cause__, "sqlstate", None) in _BUSY_SQLSTATES:
+        return True
+    return "database is locked" in str(exc) or "database table is locked" in str(exc)
