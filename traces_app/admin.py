@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from traces_app.models import SCOPES, ApiKey, FailureSpiral, Invocation, Trace
+from traces_app.models import SCOPES, ApiKey, FailureSpiral, Invocation, OtlpProducer, Trace
 from traces_app.tasks import recompute_trace_totals_task
 
 
@@ -55,7 +55,7 @@ class TraceAdmin(ReadOnlyAdmin):
     list_display = ["trace_id", "started_at", "agent", "short_request", "status", "tool_calls",
                     "failed_calls", "llm_calls", "input_tokens", "output_tokens",
                     "cost_usd"]  # fmt: skip
-    list_filter = ["status", "started_at"]
+    list_filter = ["status", "dialect", "started_at"]
     search_fields = ["=trace_id", "agent", "session_id", "request_text"]
     date_hierarchy = "started_at"
     inlines = [InvocationInline]
@@ -117,6 +117,22 @@ class FailureSpiralAdmin(ReadOnlyAdmin):
     def trace_link(self, spiral: FailureSpiral) -> str:
         url = reverse("admin:traces_app_trace_change", args=[spiral.trace_id])
         return format_html('<a href="{}">{}…</a>', url, spiral.trace_id[:8])
+
+
+@admin.register(OtlpProducer)
+class OtlpProducerAdmin(ReadOnlyAdmin):
+    """Services sending OpenTelemetry spans, and the tool spans they send incomplete."""
+
+    list_display = ["name", "dialect", "tool_spans", "missing_tool_name", "missing_status",
+                    "missing_arguments", "last_seen_at"]  # fmt: skip
+    list_filter = ["dialect"]
+    search_fields = ["name"]
+    exclude = ["recent_incomplete"]
+    readonly_fields = ["recent_incomplete_json"]
+
+    @admin.display(description="Newest tool spans missing attributes")
+    def recent_incomplete_json(self, producer: OtlpProducer) -> str:
+        return pretty_json(producer.recent_incomplete)
 
 
 class ApiKeyCreationForm(forms.ModelForm):

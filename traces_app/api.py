@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from traces_app.auth import ApiKeyAuth, key_or_staff
 from traces_app.bodies import read_json_body
-from traces_app.models import Invocation, Trace, tool_stats
+from traces_app.models import Invocation, OtlpProducer, Trace, tool_stats
 from traces_app.schemas import (
     TRACE_ID_PATTERN,
     BatchOut,
@@ -31,6 +31,7 @@ from traces_app.schemas import (
     InvocationIn,
     InvocationOut,
     ItemOutcome,
+    OtlpProducerOut,
     ToolStatsWindowOut,
     TraceDetailOut,
     TraceOut,
@@ -276,3 +277,19 @@ def get_tool_stats(
     if since >= until:
         raise HttpError(422, "since must be before until")
     return {"since": since, "until": until, "tools": tool_stats(since, until)}
+
+
+@router.get(
+    "/otlp/producers",
+    auth=key_or_staff("read"),
+    response=list[OtlpProducerOut],
+    summary="OpenTelemetry producers and their tool spans that arrived missing attributes",
+)
+def list_otlp_producers(request: HttpRequest, name: str | None = None) -> QuerySet:
+    """List each service sending OTLP tool spans: how many lacked a tool name, status or arguments.
+
+    Such spans are stored all the same (named after the span, status ok when unset); this
+    tells the producer's developers which attributes their instrumentation leaves out.
+    """
+    producers = OtlpProducer.objects.all()
+    return producers.filter(name=name) if name else producers

@@ -245,3 +245,25 @@ class ToolStatsWindowOut(Schema):
     since: datetime
     until: datetime
     tools: list[ToolStatsOut]
+
+
+class IncompleteToolSpanOut(Schema):
+    trace_id: str
+    span_id: str
+    tool_name: str = Field(description="As stored: the span's name when the tool name was missing")
+    missing: list[Literal["tool_name", "status", "arguments"]]
+    started_at: datetime | None
+
+
+class OtlpProducerOut(Schema):
+    name: str = Field(description="The producer's resource service.name")
+    dialect: str
+    tool_spans: int = Field(description="Tool spans received from it")
+    missing_tool_name: int
+    missing_status: int
+    missing_arguments: int
+    first_seen_at: datetime
+    last_seen_at: datetime
+    recent_incomplete: list[IncompleteToolSpanOut] = Field(
+        description="Its newest tool spans that arrived missing attributes, newest first"
+    )
