@@ -1,0 +1,225 @@
+"""Evidence scores for the dashboards: the planner's scorer applied to recorded rollups.
+
+The planner scores a tool on its last calls (services.recent_evidence). Over time, the
+pages apply the same ToolScorer to each chart bucket's rollup instead: that bucket's
+calls, success rate and mean latency become the Evidence. A bucket without calls is
+scored as the planner scores a tool without a record (its default success rate).
+Every bucket is scored under the current rules, so between buckets only the evidence
+part moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from planner_app.pipeline.resolution import Candidate, ToolResolver
+from planner_app.pipeline.ruleset import RuleSet
+from planner_app.pipeline.scoring import Evidence, Score, ToolScorer
+from planner_app.services import recent_evidence
+from tools_app.registry import ToolRegistry
+from tools_app.specs import ToolSpec
+from traces_app.dashboards import ToolTotals, tool_series, tool_totals
+from traces_app.ranges import TimeRange
+
+_scorer = ToolScorer()
+_resolver = ToolResolver()
+
+
+def evidence_from(totals: ToolTotals | None) -> Evidence | None:
+    """Return a rollup's record as the scorer's Evidence; None when it holds no calls."""
+    if totals is None or not totals.calls:
+        return None
+    return Evidence(totals.calls, totals.successes / totals.calls, totals.mean_latency_ms)
+
+
+def score_with(candidate: Candidate, ruleset: RuleSet, evidence: Evidence | None) -> Score:
+    """Return the planner's score of a candidate given this evidence (not the recent record)."""
+    return _scorer.score(candidate, ruleset, lambda _tool, _window: evidence)
+
+
+def own_candidate(spec: ToolSpec) -> Candidate:
+    """Return the tool as a candidate of no capability: its score before any mapping weight."""
+    return Candidate(spec, "", "tool", 0.0)
+
+
+def current_score(candidate: Candidate, ruleset: RuleSet) -> Score:
+    """Return the score the planner gives the candidate now, on the tool's recent calls."""
+    return _scorer.score(candidate, ruleset, recent_evidence)
+
+
+@dataclass(frozen=True)
+class BucketScore:
+    bucket_start: datetime
+    totals: ToolTotals | None  # None: no calls in the bucket
+    score: Score
+
+    @property
+    def calls(self) -> int:
+        return self.totals.calls if self.totals else 0
+
+
+def score_series(
+    candidate: Candidate,
+    ruleset: RuleSet,
+    time_range: TimeRange,
+    points: dict[datetime, ToolTotals],
+) -> list[BucketScore]:
+    """Return the candidate's score in every chart bucket of the range, oldest first."""
+    scores = []
+    for start in time_range.bucket_starts():
+        totals = points.get(start)
+        score = score_with(candidate, ruleset, evidence_from(totals))
+        scores.append(BucketScore(start, totals, score))
+    return scores
+
+
+@dataclass(frozen=True)
+class ToolRow:
+    """One line of the tools table: a tool's totals over the range and its current score."""
+
+    name: str
+    spec: ToolSpec | None  # None: reported by an outside agent, no contract registered
+    totals: ToolTotals
+    score: Score | None
+
+
+def tool_rows(time_range: TimeRange, registry: ToolRegistry, ruleset: RuleSet) -> list[ToolRow]:
+    """Return every registered tool and every tool seen in the range's rollups, by name."""
+    specs = {spec.name: spec for spec in registry.list(enabled_only=False)}
+    totals = {total.tool_name: total for total in tool_totals(time_range)}
+    rows = []
+    for name in sorted(set(specs) | set(totals)):
+        spec = specs.get(name)
+        score = current_score(own_candidate(spec), ruleset) if spec else None
+        rows.append(ToolRow(name, spec, totals.get(name) or ToolTotals(name), score))
+    return rows
+
+
+def capability_names(ruleset: RuleSet, registry: ToolRegistry) -> list[str]:
+    """Return every capability the planner knows: the rule set's and those tools declare."""
+    declared = {name for spec in registry.list() for name in spec.capabilities}
+    return sorted(set(ruleset.capabilities) | declared)
+
+
+def capabilities_of(tool: str, ruleset: RuleSet, registry: ToolRegistry) -> list[Candidate]:
+    """Return the tool as a candidate of each capability it can serve."""
+    found = []
+    for capability in capability_names(ruleset, registry):
+        candidates, _ = _resolver.resolve(capability, registry, ruleset)
+        found.extend(c for c in candidates if c.spec.name == tool)
+    return found
+
+
+@dataclass(frozen=True)
+class Flip:
+    """A bucket where the planner's preferred tool changed, and the scores that made it."""
+
+    bucket_start: datetime
+    before: str
+    after: str
+    final: float  # the new leader's score in that bucket
+    why: str
+
+
+@dataclass(frozen=True)
+class CandidateParts:
+    """A candidate's score over a whole range (its calls as evidence) and now."""
+
+    candidate: Candidate
+    over_range: Score
+    now: Score
+
+
+@dataclass(frozen=True)
+class CapabilityEvidence:
+    capability: str
+    candidates: list[Candidate]
+    rejected: list[tuple[str, str]]
+    series: dict[str, list[BucketScore]]  # per tool, one entry per chart bucket
+    leaders: list[str]  # the top tool of each chart bucket
+    flips: list[Flip]
+    parts: list[CandidateParts]  # best over the range first
+
+
+def _ranked(scores: list[Score]) -> Score:
+    return min(scores, key=lambda score: (-score.final, score.tool))
+
+
+def capability_evidence(
+    capability: str, ruleset: RuleSet, registry: ToolRegistry, time_range: TimeRange
+) -> CapabilityEvidence:
+    """Return a capability's candidates, their scores per bucket and where the leader changed."""
+    candidates, rejected = _resolver.resolve(capability, registry, ruleset)
+    names = [c.spec.name for c in candidates]
+    points = tool_series(time_range, names) if names else {}
+    series = {
+        c.spec.name: score_series(c, ruleset, time_range, points.get(c.spec.name, {}))
+        for c in candidates
+    }
+    buckets = range(len(time_range.bucket_starts())) if names else range(0)
+    leaders = [_ranked([series[name][i].score for name in names]).tool for i in buckets]
+    totals = {total.tool_name: total for total in tool_totals(time_range, names)} if names else {}
+    parts = [
+        CandidateParts(
+            c,
+            score_with(c, ruleset, evidence_from(totals.get(c.spec.name))),
+            current_score(c, ruleset),
+        )
+        for c in candidates
+    ]
+    parts.sort(key=lambda part: (-part.over_range.final, part.over_range.tool))
+    flips = _flips(series, leaders)
+    return CapabilityEvidence(capability, candidates, rejected, series, leaders, flips, parts)
+
+
+@dataclass(frozen=True)
+class CapabilityCandidates:
+    name: str
+    description: str
+    scores_now: list[Score]  # best first
+    rejected: list[tuple[str, str]]
+
+
+def capability_overview(ruleset: RuleSet, registry: ToolRegistry) -> list[CapabilityCandidates]:
+    """Return every capability with its candidates' scores now, as the planner ranks them."""
+    overview = []
+    for name in capability_names(ruleset, registry):
+        candidates, rejected = _resolver.resolve(name, registry, ruleset)
+        scores = sorted(
+            (current_score(c, ruleset) for c in candidates),
+            key=lambda score: (-score.final, score.tool),
+        )
+        info = ruleset.capabilities.get(name)
+        overview.append(
+            CapabilityCandidates(name, info.description if info else "", scores, rejected)
+        )
+    return overview
+
+
+def _flips(series: dict[str, list[BucketScore]], leaders: list[str]) -> list[Flip]:
+    flips = []
+    for index in range(1, len(leaders)):
+        before, after = leaders[index - 1], leaders[index]
+        if before != after:
+            old, new = series[before][index], series[after][index]
+            flips.append(Flip(new.bucket_start, before, after, new.score.final, _why(new, old)))
+    return flips
+
+
+def _why(new: BucketScore, old: BucketScore) -> str:
+    """Say which score parts put the new leader ahead of the old one in this bucket."""
+    a, b = new.score, old.score
+
+    def record(point: BucketScore) -> str:
+        if not point.calls:
+            return "no calls: default evidence"
+        score = point.score
+        return f"{point.calls} calls, {score.success_rate:.0%} ok, {score.latency_ms:.0f} ms"
+
+    return (
+        f"{a.tool} {a.final:.2f} vs {b.tool} {b.final:.2f}; evidence {a.evidence:.2f} vs "
+        f"{b.evidence:.2f} ({record(new)} vs {record(old)}); base {a.base:.2f} vs {b.base:.2f}, "
+        f"penalty {a.penalty:.2f} vs {b.penalty:.2f}, mapping weight {a.mapping_weight:g} vs "
+        f"{b.mapping_weight:g}"
+    )
