@@ -1,4 +1,4 @@
-"""Planner fixtures: the shipped rules present, and no rule set cached from another test."""
+"""Planner fixtures: the shipped rules, no rule set cached from another test, a fake LLM."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from django.apps import apps
 
 from planner_app import rulesets
 from planner_app.models import IntentRule, RuleSetVersion
+from tests.planner_app.fake_llm import FakeLlm
 
 
 @pytest.fixture(autouse=True)
@@ -33,3 +34,11 @@ def default_rules(db: None) -> None:
         # A flush re-ran post_migrate on empty tables; make the shipped rules version 1.
         RuleSetVersion.objects.all().delete()
         rulesets.record_version("initial rule set")
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLlm]:
+    """A scripted OpenAI-compatible server on 127.0.0.1 (see fake_llm.py)."""
+    llm = FakeLlm().start()
+    yield llm
+    llm.stop()
