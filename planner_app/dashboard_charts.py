@@ -1,0 +1,219 @@
+"""The charts of the tools and evidence pages, each with the numbers it shows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import plotly.graph_objects as go
+
+from planner_app.evidence import BucketScore, CapabilityEvidence
+from traces_app.charts import Chart, make_chart
+from traces_app.dashboards import ToolTotals
+from traces_app.ranges import TimeRange
+from traces_app.rollups import bin_bounds
+
+
+def _when(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M}"
+
+
+def _rate(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
+
+
+def score_chart(scores: list[BucketScore]) -> Chart:
+    """Return the chart of a tool's score parts and final score per bucket."""
+    x = [point.bucket_start for point in scores]
+    parts = [("Base", "base", 1), ("Evidence", "evidence", 1), ("− Penalty", "penalty", -1)]
+    traces = [
+        go.Scatter(
+            x=x,
+            y=[sign * getattr(p.score, part) for p in scores],
+            name=label,
+            mode="lines",
+            line={"dash": "dot"},
+        )
+        for label, part, sign in parts
+    ]
+    traces.append(
+        go.Scatter(
+            x=x,
+            y=[p.score.final for p in scores],
+            name="Final",
+            mode="lines+markers",
+            line={"width": 3},
+        )
+    )
+    rows = [
+        [
+            _when(p.bucket_start),
+            p.calls,
+            _rate(p.score.success_rate),
+            round(p.score.latency_ms, 1),
+            p.score.base,
+            p.score.evidence,
+            p.score.penalty,
+            p.score.final,
+        ]
+        for p in scores
+    ]
+    columns = [
+        "Bucket (UTC)",
+        "Calls",
+        "Success rate used",
+        "Latency used (ms)",
+        "Base",
+        "Evidence",
+        "Penalty",
+        "Final",
+    ]
+    return make_chart(
+        "evidence-score",
+        "Evidence score per bucket",
+        traces,
+        columns,
+        rows,
+        yaxis={"title": {"text": "score"}},
+    )
+
+
+def success_chart(time_range: TimeRange, points: dict[datetime, ToolTotals]) -> Chart:
+    """Return the chart of a tool's success rate per bucket (gaps where it had no calls)."""
+    x = time_range.bucket_starts()
+    rates = [points[s].success_rate if s in points else None for s in x]
+    rows = [
+        [_when(s), points[s].calls, points[s].successes, points[s].failures, _rate(rate)]
+        for s, rate in zip(x, rates, strict=True)
+        if s in points
+    ]
+    trace = go.Scatter(x=x, y=rates, name="Success rate", mode="lines+markers")
+    return make_chart(
+        "success-rate",
+        "Success rate",
+        [trace],
+        ["Bucket (UTC)", "Calls", "Successes", "Failures", "Success rate"],
+        rows,
+        yaxis={"tickformat": ".0%", "rangemode": "tozero"},
+    )
+
+
+def latency_chart(time_range: TimeRange, points: dict[datetime, ToolTotals]) -> Chart:
+    """Return the chart of a tool's p50 and p95 latency per bucket, from the histograms."""
+    x = time_range.bucket_starts()
+    p50 = [round(points[s].p50_ms, 1) if s in points else None for s in x]
+    p95 = [round(points[s].p95_ms, 1) if s in points else None for s in x]
+    rows = [
+        [_when(s), points[s].calls, low, high, round(points[s].mean_latency_ms, 1)]
+        for s, low, high in zip(x, p50, p95, strict=True)
+        if s in points
+    ]
+    traces = [
+        go.Scatter(x=x, y=p50, name="p50", mode="lines+markers"),
+        go.Scatter(x=x, y=p95, name="p95", mode="lines+markers"),
+    ]
+    return make_chart(
+        "latency",
+        "Latency (ms)",
+        traces,
+        ["Bucket (UTC)", "Calls", "p50 ms", "p95 ms", "Mean ms"],
+        rows,
+        yaxis={"title": {"text": "ms"}, "rangemode": "tozero"},
+    )
+
+
+def histogram_chart(totals: ToolTotals) -> Chart:
+    """Return the latency histogram of the range: the rollups' bins that hold calls."""
+    used = [index for index, count in enumerate(totals.latency_histogram) if count]
+    bins = range(used[0], used[-1] + 1) if used else range(0)
+    rows = []
+    for index in bins:
+        low, high = bin_bounds(index)
+        rows.append(
+            [f"{low:g}", f"{high:g}" if high > low else "and over", totals.latency_histogram[index]]
+        )
+    trace = go.Bar(
+        x=[f"{low}–{high}" for low, high, _ in rows], y=[row[2] for row in rows], name="Calls"
+    )
+    return make_chart(
+        "latency-histogram",
+        "Latency histogram (ms)",
+        [trace],
+        ["From ms", "To ms", "Calls"],
+        rows,
+        hovermode="closest",
+        xaxis={"type": "category", "title": {"text": "ms"}},
+    )
+
+
+def error_kinds_chart(totals: ToolTotals) -> Chart:
+    """Return the chart of the range's failures by error kind, most frequent first."""
+    kinds = sorted(totals.failures_by_kind.items(), key=lambda item: (-item[1], item[0]))
+    trace = go.Bar(x=[kind for kind, _ in kinds], y=[count for _, count in kinds], name="Failures")
+    return make_chart(
+        "error-kinds",
+        "Failures by error kind",
+        [trace],
+        ["Error kind", "Failures"],
+        [list(item) for item in kinds],
+        hovermode="closest",
+        xaxis={"type": "category"},
+    )
+
+
+def leader_chart(found: CapabilityEvidence, time_range: TimeRange) -> Chart:
+    """Return one line per candidate's final score, with the buckets where the leader changed."""
+    x = time_range.bucket_starts()
+    traces = [
+        go.Scatter(x=x, y=[p.score.final for p in points], name=tool, mode="lines+markers")
+        for tool, points in found.series.items()
+    ]
+    if found.flips:
+        traces.append(
+            go.Scatter(
+                x=[flip.bucket_start for flip in found.flips],
+                y=[flip.final for flip in found.flips],
+                name="Leader changes",
+                mode="markers",
+                marker={"symbol": "star", "size": 14, "color": "#b42318"},
+                text=[f"{flip.before} → {flip.after}" for flip in found.flips],
+            )
+        )
+    rows = [
+        [
+            _when(point.bucket_start),
+            tool,
+            point.calls,
+            _rate(point.score.success_rate),
+            round(point.score.latency_ms, 1),
+            point.score.base,
+            point.score.evidence,
+            point.score.penalty,
+            point.score.mapping_weight,
+            point.score.final,
+            "leader" if found.leaders[index] == tool else "",
+        ]
+        for index in range(len(x))
+        for tool, points in found.series.items()
+        for point in [points[index]]
+    ]
+    columns = [
+        "Bucket (UTC)",
+        "Tool",
+        "Calls",
+        "Success rate used",
+        "Latency used (ms)",
+        "Base",
+        "Evidence",
+        "Penalty",
+        "Mapping weight",
+        "Final",
+        "Leader",
+    ]
+    return make_chart(
+        "capability-scores",
+        f"Final score per bucket: {found.capability}",
+        traces,
+        columns,
+        rows,
+        yaxis={"title": {"text": "final score"}},
+    )
