@@ -16,5 +16,6 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("v1/traces", otlp_views.export_traces, name="otlp-traces"),  # the OTLP/HTTP standard path
     path("planner/", include("planner_app.urls")),
+    path("", include("traces_app.urls")),
     path("", include("planner_app.dashboard_urls")),
 ]

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -23,6 +20,7 @@ from pydantic import ValidationError
 from traces_app.auth import ApiKeyAuth, key_or_staff
 from traces_app.bodies import read_json_body
 from traces_app.models import Invocation, OtlpProducer, Trace, tool_stats
+from traces_app.paging import BadCursor, aware, keyset_page
 from traces_app.schemas import (
     TRACE_ID_PATTERN,
     BatchOut,
@@ -193,37 +191,12 @@ class InvocationFilter(TimeFilter):
 
 
 def paginate_by_start(queryset: QuerySet, page: PageQuery) -> tuple[list[Any], str | None]:
-    """Return one page, newest first, and the cursor of the next page.
-
-    Keyset pagination on (started_at, pk): stable while rows arrive, and exact when many
-    spans share a timestamp (batch ingest does that), which an offset-based cursor is not.
-    """
-    queryset = queryset.order_by("-started_at", "-pk")
-    if page.cursor:
-        started_at, pk = _decode_cursor(page.cursor, queryset.model)
-        queryset = queryset.filter(
-            Q(started_at__lt=started_at) | Q(started_at=started_at, pk__lt=pk)
-        )
-    rows = list(queryset[: page.limit + 1])
-    if len(rows) <= page.limit:
-        return rows, None
-    last = rows[page.limit - 1]
-    token = f"{last.started_at.isoformat()}|{last.pk}".encode()
-    return rows[: page.limit], base64.urlsafe_b64encode(token).decode()
-
-
-def _aware(moment: datetime) -> datetime:
-    """Return the datetime, read as UTC when it came without a time zone."""
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
-
-
-def _decode_cursor(cursor: str, model: type[Model]) -> tuple[datetime, Any]:
-    """Return the (started_at, pk) a cursor points after, or raise 422 for a forged one."""
+    """Return one page, newest first, and the cursor of the next page (see traces_app.paging)."""
     try:
-        started_at, pk = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
-        return _aware(datetime.fromisoformat(started_at)), model._meta.pk.to_python(pk)
-    except (ValueError, binascii.Error, UnicodeError, DjangoValidationError):
+        found = keyset_page(queryset, page.limit, after=page.cursor)
+    except BadCursor:
         raise HttpError(422, "cursor is not one this API returned") from None
+    return found.rows, found.next_cursor
 
 
 @router.get("/traces", auth=key_or_staff("read"), response=TracePage, summary="List traces")
@@ -272,8 +245,8 @@ def list_invocations(
 def get_tool_stats(
     request: HttpRequest, since: datetime | None = None, until: datetime | None = None
 ) -> dict[str, Any]:
-    until = _aware(until) if until else timezone.now()
-    since = _aware(since) if since else until - timedelta(hours=24)
+    until = aware(until) if until else timezone.now()
+    since = aware(since) if since else until - timedelta(hours=24)
     if since >= until:
         raise HttpError(422, "since must be before until")
     return {"since": since, "until": until, "tools": tool_stats(since, until)}

@@ -1,0 +1,118 @@
+"""The trace pages: traces (filtered, paged), one trace's waterfall, failure spirals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+
+from traces_app import timeline
+from traces_app.forms import SpiralFilterForm, TraceFilterForm, error_messages
+from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace
+from traces_app.paging import BadCursor, KeysetPage, keyset_page
+from traces_app.ranges import TimeRange, range_context
+
+PAGE_SIZE = 50
+
+
+@staff_member_required
+def traces(request: HttpRequest) -> HttpResponse:
+    """List the traces of a time range that pass the filters, newest first, a page at a time."""
+    context = range_context(request.GET, timezone.now())
+    form = TraceFilterForm(request.GET)
+    found = form.filter(Trace.objects.all(), context["time_range"])
+    page, cursor_error = _page(found, request.GET)
+    context.update(
+        form=form,
+        filter_errors=error_messages(form) + cursor_error,
+        page=page,
+        page_query=_without_cursor(request),
+        rows=timeline.trace_rows(page.rows),
+        agents=_known(SpanRollup, "agent", context["time_range"]),
+        tools=_known(ToolRollup, "tool_name", context["time_range"]),
+    )
+    return render(request, "traces_app/traces.html", context)
+
+
+@staff_member_required
+def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
+    """Show one trace: its waterfall, then every span with its payloads and marks."""
+    trace = get_object_or_404(Trace, trace_id=trace_id.lower())
+    spans, more = timeline.trace_spans(trace)
+    spirals = list(trace.spirals.order_by("started_at", "pk"))
+    rows = timeline.span_rows(spans, spirals)
+    context = {
+        "trace": trace,
+        "rows": rows,
+        "more_spans": more,
+        "spirals": spirals,
+        "waterfall": timeline.waterfall_chart(trace, rows),
+        "planner_chose": any(row.span.chosen_by == "planner" for row in rows),
+    }
+    return render(request, "traces_app/trace_detail.html", context)
+
+
+@staff_member_required
+def spirals(request: HttpRequest) -> HttpResponse:
+    """List the failure spirals of a time range that pass the filters, newest first."""
+    context = range_context(request.GET, timezone.now())
+    form = SpiralFilterForm(request.GET)
+    found = form.filter(FailureSpiral.objects.all(), context["time_range"])
+    page, cursor_error = _page(found, request.GET)
+    context.update(
+        form=form,
+        filter_errors=error_messages(form) + cursor_error,
+        page=page,
+        page_query=_without_cursor(request),
+        tools=_known(ToolRollup, "tool_name", context["time_range"]),
+    )
+    return render(request, "traces_app/spirals.html", context)
+
+
+@staff_member_required
+def spiral_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """Show one spiral: its attempts in order, what changed between them, what it wasted."""
+    spiral = get_object_or_404(FailureSpiral.objects.select_related("trace"), pk=pk)
+    attempts = timeline.spiral_attempts(spiral)
+    context = {
+        "spiral": spiral,
+        "attempts": attempts,
+        "chart": timeline.attempts_chart(spiral, attempts),
+        "changes": timeline.argument_changes(spiral, attempts),
+        "ending": timeline.spiral_ending(spiral, attempts),
+    }
+    return render(request, "traces_app/spiral_detail.html", context)
+
+
+def _page(queryset: Any, params: Any) -> tuple[KeysetPage, list[str]]:
+    """Return the page the query string's cursor asks for; the first one for a bad cursor."""
+    try:
+        return keyset_page(
+            queryset, PAGE_SIZE, after=params.get("after"), before=params.get("before")
+        ), []
+    except BadCursor as exc:
+        return keyset_page(queryset, PAGE_SIZE), [f"Page: {exc}; showing the newest page."]
+
+
+def _without_cursor(request: HttpRequest) -> str:
+    """Return the page's query string without its cursor, for the pager's links."""
+    params = request.GET.copy()
+    for name in ("after", "before"):
+        params.pop(name, None)
+    return params.urlencode()
+
+
+def _known(model: type, field: str, time_range: TimeRange) -> list[str]:
+    """Return the distinct values of a rollup field in a range, for a filter's suggestions.
+
+    Read from the hourly rollups, which stay small whatever the number of raw spans.
+    """
+    hours = model.objects.filter(
+        bucket_start__gte=time_range.since.replace(minute=0, second=0, microsecond=0),
+        bucket_start__lt=time_range.until,
+    )
+    values = hours.order_by().values_list(field, flat=True).distinct()
+    return sorted(value for value in values if value)
