@@ -52,6 +52,7 @@ class CallContext:
     request_text: str = ""
     chosen_by: str = "llm"
     allowed_tools: Collection[str] | None = None  # None: any tool; empty: none at all
+    timeout_s: float | None = None  # the caller's timeout for tools that set none (an agent's)
 
 
 class ToolEngine:
@@ -229,7 +230,7 @@ class ToolEngine:
         attempts = 1 + (spec.max_retries if spec.retryable else 0)
         for attempt in range(1, attempts + 1):
             started_at, clock = datetime.now(UTC), time.perf_counter()
-            result = await self._attempt(call, spec, valid.arguments)
+            result = await self._attempt(call, spec, valid.arguments, context)
             span = self._span(call, spec, context, result, sent, started_at, clock, attempt)
             spans.append({**span, "coercions": valid.coercions})
             if result.success or result.error.kind not in RETRYABLE_ERRORS or attempt == attempts:
@@ -265,8 +266,10 @@ class ToolEngine:
             return ErrorKind.PERMISSION_DENIED, f"{agent} is not allowed to call {spec.name!r}"
         return None
 
-    async def _attempt(self, call: ToolCall, spec: ToolSpec, arguments: dict) -> ToolResult:
-        timeout = spec.timeout_s or self.default_timeout_s
+    async def _attempt(
+        self, call: ToolCall, spec: ToolSpec, arguments: dict, context: CallContext
+    ) -> ToolResult:
+        timeout = spec.timeout_s or context.timeout_s or self.default_timeout_s
         async with self._slot(spec):
             clock = time.perf_counter()
             try:

@@ -236,6 +236,19 @@ SPIRAL_WINDOW = 100
 
 def detect_spirals(trace_id: str) -> None:
     """Read a trace's newest tool calls and store their spirals, replacing older findings."""
+    calls = newest_tool_calls(trace_id)
+    # With a full window, spirals that began before it are left as they were stored.
+    window_start = calls[0].started_at if len(calls) == SPIRAL_WINDOW else None
+    FailureSpiral.objects.replace_for_trace(
+        trace_id, find_spirals(calls, spiral_rule()), window_start
+    )
+
+
+def newest_tool_calls(trace_id: str) -> list[CallView]:
+    """Return a trace's newest SPIRAL_WINDOW tool calls, oldest first, as the rule reads them.
+
+    The agent loop's spiral breaker reads the same calls, so it and the dashboards agree.
+    """
     newest = (
         Invocation.objects.filter(trace_id=trace_id, kind=SpanKind.TOOL)
         .order_by("-started_at", "-span_id")
@@ -245,8 +258,7 @@ def detect_spirals(trace_id: str) -> None:
             "chosen_by",
         )
     )[:SPIRAL_WINDOW]  # fmt: skip
-    spans = list(reversed(newest))
-    calls = [
+    return [
         CallView(
             span_id=span_id,
             tool_name=tool_name,
@@ -260,13 +272,8 @@ def detect_spirals(trace_id: str) -> None:
             chosen_by=chosen_by,
         )
         for (span_id, tool_name, status, error_kind, arguments, started_at, latency_ms,
-             input_tokens, output_tokens, result_tokens, cost_usd, chosen_by) in spans
+             input_tokens, output_tokens, result_tokens, cost_usd, chosen_by) in reversed(newest)
     ]  # fmt: skip
-    # With a full window, spirals that began before it are left as they were stored.
-    window_start = calls[0].started_at if len(calls) == SPIRAL_WINDOW else None
-    FailureSpiral.objects.replace_for_trace(
-        trace_id, find_spirals(calls, spiral_rule()), window_start
-    )
 
 
 # A trace whose spiral has seen no new call for this long has stopped spiralling.
