@@ -363,7 +363,9 @@ def _invocation_fields(
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Return the InvocationIn fields of a span, and which tool attributes were missing."""
     missing = []
-    tool_name = _name(said.tool_name) if said.tool_name is not _ABSENT else ""
+    # A name the producer gave is checked as the REST API checks it; a span name we fall
+    # back on is made to fit.
+    tool_name = _text(said.tool_name).strip() if said.tool_name is not _ABSENT else ""
     if said.kind == "tool" and not tool_name:
         missing.append(MISSING_TOOL_NAME)
         tool_name = _name(said.fallback_name) or "unknown"
