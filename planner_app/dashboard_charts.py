@@ -48,6 +48,7 @@ def score_chart(scores: list[BucketScore]) -> Chart:
         [
             _when(p.bucket_start),
             p.calls,
+            p.source,
             _rate(p.score.success_rate),
             round(p.score.latency_ms, 1),
             p.score.base,
@@ -60,6 +61,7 @@ def score_chart(scores: list[BucketScore]) -> Chart:
     columns = [
         "Bucket (UTC)",
         "Calls",
+        "Evidence from",
         "Success rate used",
         "Latency used (ms)",
         "Base",
@@ -183,6 +185,7 @@ def leader_chart(found: CapabilityEvidence, time_range: TimeRange) -> Chart:
             _when(point.bucket_start),
             tool,
             point.calls,
+            point.source,
             _rate(point.score.success_rate),
             round(point.score.latency_ms, 1),
             point.score.base,
@@ -200,6 +203,7 @@ def leader_chart(found: CapabilityEvidence, time_range: TimeRange) -> Chart:
         "Bucket (UTC)",
         "Tool",
         "Calls",
+        "Evidence from",
         "Success rate used",
         "Latency used (ms)",
         "Base",

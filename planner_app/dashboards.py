@@ -25,7 +25,7 @@ from planner_app.evidence import (
     capability_overview,
     current_score,
     own_candidate,
-    score_series,
+    own_score_series,
     tool_rows,
 )
 from planner_app.rulesets import current_ruleset
@@ -130,7 +130,7 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
         return render(request, "planner_app/not_found.html", {"message": message}, status=404)
     ruleset = current_ruleset()
     totals = next(iter(tool_totals(time_range, [name])), ToolTotals(name))
-    scores = score_series(own_candidate(spec), ruleset, time_range, points) if spec else []
+    scores = own_score_series(spec, ruleset, time_range, points) if spec else []
     context.update(
         tool=name,
         spec=spec,

@@ -1,11 +1,12 @@
 """Evidence scores for the dashboards: the planner's scorer applied to recorded rollups.
 
-The planner scores a tool on its last calls (services.recent_evidence). Over time, the
+The planner scores a tool on its latest calls (services.recent_evidence). Over time, the
 pages apply the same ToolScorer to each chart bucket's rollup instead: that bucket's
-calls, success rate and mean latency become the Evidence. A bucket without calls is
-scored as the planner scores a tool without a record (its default success rate).
-Every bucket is scored under the current rules, so between buckets only the evidence
-part moves.
+calls, success rate and mean latency become the Evidence. A bucket without calls
+carries the tool's latest earlier bucket with calls, as the planner keeps scoring a
+quiet tool on its last calls however old; a tool never called gets the planner's
+default. Every bucket is scored under the current rules, so between buckets only the
+evidence part moves.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from planner_app.services import recent_evidence
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
 from traces_app.dashboards import ToolTotals, tool_series, tool_totals
+from traces_app.models import ToolRollup
 from traces_app.ranges import TimeRange
 
 _scorer = ToolScorer()
@@ -51,12 +53,38 @@ def current_score(candidate: Candidate, ruleset: RuleSet) -> Score:
 @dataclass(frozen=True)
 class BucketScore:
     bucket_start: datetime
-    totals: ToolTotals | None  # None: no calls in the bucket
+    totals: ToolTotals | None  # this bucket's calls; None when it had none
     score: Score
+    evidence_of: datetime | None  # the bucket whose calls are the evidence; None: no record
 
     @property
     def calls(self) -> int:
         return self.totals.calls if self.totals else 0
+
+    @property
+    def source(self) -> str:
+        """Say where the bucket's evidence comes from."""
+        if self.evidence_of is None:
+            return "no calls yet: the planner's default"
+        if self.evidence_of == self.bucket_start:
+            return "this bucket"
+        return f"carried from {self.evidence_of:%Y-%m-%d %H:%M}"
+
+
+def last_calls_before(tools: list[str], moment: datetime) -> dict[str, tuple[datetime, ToolTotals]]:
+    """Return each tool's latest hourly rollup with calls before a moment, if it has one.
+
+    One indexed look-up per tool: the record a range's quiet first buckets carry.
+    """
+    found = {}
+    for name in tools:
+        earlier = ToolRollup.objects.filter(tool_name=name, bucket_start__lt=moment, calls__gt=0)
+        rollup = earlier.order_by("-bucket_start").first()
+        if rollup is not None:
+            totals = ToolTotals(name)
+            totals.add(rollup)
+            found[name] = (rollup.bucket_start, totals)
+    return found
 
 
 def score_series(
@@ -64,14 +92,30 @@ def score_series(
     ruleset: RuleSet,
     time_range: TimeRange,
     points: dict[datetime, ToolTotals],
+    before: tuple[datetime, ToolTotals] | None = None,
 ) -> list[BucketScore]:
-    """Return the candidate's score in every chart bucket of the range, oldest first."""
+    """Return the candidate's score in every chart bucket of the range, oldest first.
+
+    `before` is the tool's latest bucket with calls before the range (last_calls_before).
+    """
+    carried: tuple[datetime | None, Score] = (None, score_with(candidate, ruleset, None))
+    if before is not None:
+        carried = (before[0], score_with(candidate, ruleset, evidence_from(before[1])))
     scores = []
     for start in time_range.bucket_starts():
         totals = points.get(start)
-        score = score_with(candidate, ruleset, evidence_from(totals))
-        scores.append(BucketScore(start, totals, score))
+        if totals is not None and totals.calls:
+            carried = (start, score_with(candidate, ruleset, evidence_from(totals)))
+        scores.append(BucketScore(start, totals, carried[1], carried[0]))
     return scores
+
+
+def own_score_series(
+    spec: ToolSpec, ruleset: RuleSet, time_range: TimeRange, points: dict[datetime, ToolTotals]
+) -> list[BucketScore]:
+    """Return the tool's own score (no mapping weight) in every chart bucket of the range."""
+    before = last_calls_before([spec.name], time_range.bucket_starts()[0]).get(spec.name)
+    return score_series(own_candidate(spec), ruleset, time_range, points, before)
 
 
 @dataclass(frozen=True)
@@ -153,9 +197,10 @@ def capability_evidence(
     candidates, rejected = _resolver.resolve(capability, registry, ruleset)
     names = [c.spec.name for c in candidates]
     points = tool_series(time_range, names) if names else {}
+    before = last_calls_before(names, time_range.bucket_starts()[0])
     series = {
-        c.spec.name: score_series(c, ruleset, time_range, points.get(c.spec.name, {}))
-        for c in candidates
+        name: score_series(c, ruleset, time_range, points.get(name, {}), before.get(name))
+        for name, c in zip(names, candidates, strict=True)
     }
     buckets = range(len(time_range.bucket_starts())) if names else range(0)
     leaders = [_ranked([series[name][i].score for name in names]).tool for i in buckets]
@@ -212,10 +257,11 @@ def _why(new: BucketScore, old: BucketScore) -> str:
     a, b = new.score, old.score
 
     def record(point: BucketScore) -> str:
-        if not point.calls:
-            return "no calls: default evidence"
         score = point.score
-        return f"{point.calls} calls, {score.success_rate:.0%} ok, {score.latency_ms:.0f} ms"
+        if point.evidence_of is None:
+            return point.source
+        calls = f"{score.samples} calls, {score.success_rate:.0%} ok, {score.latency_ms:.0f} ms"
+        return calls if point.calls else f"{calls}, {point.source}"
 
     return (
         f"{a.tool} {a.final:.2f} vs {b.tool} {b.final:.2f}; evidence {a.evidence:.2f} vs "

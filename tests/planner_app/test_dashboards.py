@@ -193,11 +193,26 @@ def test_it_scores_each_bucket_as_the_planner_scores_that_buckets_calls(
         Candidate(spec, "", "tool", 0.0), ruleset, lambda tool, window: Evidence(4, 0.75, 150.0)
     )
     bucket = rows[f"{hours_ago(3, 0):%Y-%m-%d %H:%M}"]
-    assert bucket[1] == 4
-    assert bucket[4:] == [by_hand.base, by_hand.evidence, by_hand.penalty, by_hand.final]
-    quiet = rows[f"{hours_ago(5, 0):%Y-%m-%d %H:%M}"]
+    assert bucket[1:3] == [4, "this bucket"]
+    assert bucket[5:] == [by_hand.base, by_hand.evidence, by_hand.penalty, by_hand.final]
+    quiet_after = rows[f"{hours_ago(2, 0):%Y-%m-%d %H:%M}"]
+    assert quiet_after[1:3] == [0, f"carried from {hours_ago(3, 0):%Y-%m-%d %H:%M}"]
+    assert quiet_after[-1] == by_hand.final
+    never_called = rows[f"{hours_ago(5, 0):%Y-%m-%d %H:%M}"]
     default = ToolScorer().score(Candidate(spec, "", "tool", 0.0), ruleset, lambda *_: None)
-    assert (quiet[1], quiet[-1]) == (0, default.final)
+    assert (never_called[1], never_called[-1]) == (0, default.final)
+
+
+def test_it_starts_a_quiet_range_from_the_tools_calls_before_it(admin_client: Client) -> None:
+    record(*calls("calculator", 2, started_at=hours_ago(30).isoformat(), status="error"))
+    response = admin_client.get("/tools/calculator/?range=24h")
+    first = response.context["score_chart"].rows[0]
+    spec, ruleset = get_engine().registry.get("calculator"), rulesets.current_ruleset()
+    failing = ToolScorer().score(
+        Candidate(spec, "", "tool", 0.0), ruleset, lambda *_: Evidence(2, 0.0, 3.5)
+    )
+    assert first[2] == f"carried from {hours_ago(30, 0):%Y-%m-%d %H:%M}"
+    assert first[-1] == failing.final
 
 
 def test_it_shows_a_tools_calls_latency_errors_and_recent_failures(admin_client: Client) -> None:
