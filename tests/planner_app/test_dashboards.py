@@ -244,6 +244,14 @@ def test_it_opens_a_tool_named_with_dots_and_says_it_has_no_contract(
     assert "the evidence score needs a registered contract" in response.content.decode()
 
 
+def test_it_opens_a_reported_tool_whose_name_holds_a_slash(admin_client: Client) -> None:
+    record(*calls("crm/lookup", 1))
+    url = reverse("tool-detail", args=["crm/lookup"])
+    assert url == "/tools/crm/lookup/"
+    assert admin_client.get(url).context["tool"] == "crm/lookup"
+    assert 'href="/tools/crm/lookup/?range=24h"' in admin_client.get("/tools/").content.decode()
+
+
 def test_it_answers_404_for_a_tool_nobody_registered_or_called(admin_client: Client) -> None:
     response = admin_client.get("/tools/no.such.tool/")
     assert response.status_code == 404
