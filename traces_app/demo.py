@@ -1,56 +1,148 @@
-"""Realistic spans for demos, tests and benchmarks: agents, tools, failures, retries."""
+"""Realistic spans for demos, tests and benchmarks: agents, tools, failures, spirals, fallbacks.
+
+Traces come in time order over a window before `now`, busier at some hours than others,
+in the ingest API's JSON shape. What a trace holds depends on who runs it:
+
+- an LLM agent: an LLM turn, one to four tool calls it chose (an engine retry after a
+  timeout now and then), LLM turns between them; sometimes a failed call followed by a
+  planner fallback to another tool, a failure spiral (the same call failing three to five
+  times with one argument tweaked: it gives up, recovers, or the planner takes over), or
+  a loop of identical calls that is still going;
+- the planner answering a request with no tool named;
+- a saved workflow: its steps, with the planner standing in for a failed step;
+- an outside agent reporting its own calls through the API.
+
+One web search incident (most searches fail for a while) shows on the charts. The same
+seed gives the same ids, so recording twice stores nothing new.
+"""
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-AGENTS = ["math-tutor", "research-bot", "support-agent", "data-analyst"]
-MODELS = ["gpt-4o-mini", "llama-3.1-8b-instruct", "qwen2.5-7b-instruct"]
+Rng = random.Random
 
-# tool name -> (where it ran, typical latency ms, failure rate, argument maker, result maker)
-TOOLS: dict[str, tuple[str, float, float, Any, Any]] = {
-    "calculator": (
-        "builtin", 3.0, 0.04,
+MODELS = ["gpt-4o-mini", "llama-3.1-8b-instruct", "qwen2.5-7b-instruct"]
+LLM_AGENTS = ["math-tutor", "research-bot", "support-agent", "data-analyst"]
+WORKFLOWS = ["workflow:nightly-report", "workflow:invoice-check"]
+OUTSIDE_AGENTS = ["crm-assistant", "ops-copilot"]
+
+
+@dataclass(frozen=True)
+class ToolProfile:
+    """How a demo tool behaves: where it runs, how fast, how often and how it fails."""
+
+    ran_on: str
+    latency_ms: float  # median
+    failure_rate: float
+    error_kinds: tuple[str, ...]
+    make_args: Callable[[Rng], dict[str, Any]]
+    make_result: Callable[[Rng], Any]
+    cost_usd: float = 0.0  # per call (paid APIs)
+
+
+def _search_results(rng: Rng) -> dict[str, Any]:
+    results = [
+        {
+            "title": f"Result {i}",
+            "url": f"https://example.org/{rng.randint(1, 999)}",
+            "snippet": "…",
+        }
+        for i in range(3)
+    ]
+    return {"count": 3, "results": results}
+
+
+TOOLS: dict[str, ToolProfile] = {
+    "calculator": ToolProfile(
+        "builtin", 3.0, 0.03, ("invalid_arguments", "invalid_arguments", "tool_error"),
         lambda r: {"expression": f"{r.randint(2, 999)}*({r.randint(1, 99)}+{r.randint(1, 9)})"},
         lambda r: {"value": r.randint(10, 10**6)},
     ),
-    "web_search": (
-        "remote", 420.0, 0.08,
-        lambda r: {"query": r.choice(["mcp protocol", "django ninja cursor", "tool calling"]),
-                   "max_results": 5},
-        lambda r: {"count": 3, "results": [{"title": f"Result {i}", "url": f"https://example.org/{i}",
-                                            "snippet": "…"} for i in range(3)]},
+    "datetime": ToolProfile(
+        "builtin", 2.0, 0.01, ("invalid_arguments",),
+        lambda r: {"operation": "now", "timezone": r.choice(["UTC", "Europe/Paris", "Asia/Tokyo"])},
+        lambda r: {"iso": "2026-11-29T12:00:00+00:00"},
     ),
-    "hash_tool": (
-        "builtin", 1.0, 0.01,
-        lambda r: {"algorithm": "sha256", "text": "hello"},
-        lambda r: {"digest": "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"},
+    "hash_tool": ToolProfile(
+        "builtin", 1.0, 0.005, ("invalid_arguments",),
+        lambda r: {"algorithm": "sha256", "text": r.choice(["hello", "report.pdf", "42"])},
+        lambda r: {"digest": f"{r.getrandbits(256):064x}"},
     ),
-    "string_utils": (
-        "builtin", 1.0, 0.02,
-        lambda r: {"operation": "upper", "text": "hello world"},
+    "string_utils": ToolProfile(
+        "builtin", 1.0, 0.01, ("invalid_arguments",),
+        lambda r: {"operation": r.choice(["upper", "count", "reverse"]), "text": "hello world"},
         lambda r: {"text": "HELLO WORLD"},
     ),
-    "http_get": (
-        "remote", 250.0, 0.12,
-        lambda r: {"url": f"https://api.example.org/items/{r.randint(1, 500)}",
-                   "headers": {"Authorization": "Bearer demo-token-not-real"}},
-        lambda r: {"status": 200, "body": "{\"id\": 1}"},
+    "json_tools": ToolProfile(
+        "builtin", 2.0, 0.04, ("invalid_arguments", "tool_error"),
+        lambda r: {"operation": "query", "document": {"id": r.randint(1, 99)}, "path": "$.id"},
+        lambda r: {"value": r.randint(1, 99)},
     ),
-    "mcp.time.get_current_time": (
-        "mcp:time", 35.0, 0.03,
+    "web_search": ToolProfile(
+        "remote", 450.0, 0.05, ("timeout", "rate_limited", "tool_error"),
+        lambda r: {"query": r.choice(["mcp protocol", "django ninja cursor", "tool calling"]),
+                   "max_results": 5},
+        _search_results, cost_usd=0.004,
+    ),
+    "http_request": ToolProfile(
+        "remote", 250.0, 0.10, ("tool_error", "timeout", "not_found"),
+        lambda r: {"method": "GET", "url": f"https://api.example.org/items/{r.randint(1, 500)}",
+                   "headers": {"Authorization": "Bearer demo-token-not-real"}},
+        lambda r: {"status": 200, "body": '{"id": 1}'},
+    ),
+    "mcp.time.get_current_time": ToolProfile(
+        "mcp:time", 35.0, 0.02, ("tool_error", "timeout"),
         lambda r: {"timezone": r.choice(["Europe/Paris", "Asia/Shanghai", "America/New_York"])},
         lambda r: {"datetime": "2026-11-29T12:00:00+01:00", "is_dst": False},
     ),
+    "mcp.time.convert_time": ToolProfile(
+        "mcp:time", 40.0, 0.03, ("invalid_arguments",),
+        lambda r: {"source_timezone": "UTC", "time": f"{r.randint(0, 23):02d}:00",
+                   "target_timezone": r.choice(["Europe/Paris", "Asia/Tokyo"])},
+        lambda r: {"target": {"datetime": "2026-11-29T13:00:00+01:00"}},
+    ),
+    "mcp.files.read_file": ToolProfile(
+        "mcp:files", 15.0, 0.07, ("not_found", "tool_error"),
+        lambda r: {"path": f"/srv/reports/{r.choice(['q3', 'q4', 'draft'])}.md"},
+        lambda r: {"text": "# Report\n…"},
+    ),
+    # Outside agents report calls of their own tools, run on their side.
+    "crm_lookup": ToolProfile(
+        "remote", 120.0, 0.04, ("timeout", "not_found"),
+        lambda r: {"customer_id": f"C{r.randint(1000, 9999)}"},
+        lambda r: {"name": "ACME Ltd", "tier": r.choice(["gold", "silver"])},
+    ),
+    "ticket_create": ToolProfile(
+        "remote", 300.0, 0.06, ("tool_error", "rate_limited"),
+        lambda r: {"title": "Customer asks for a refund", "priority": r.choice(["low", "high"])},
+        lambda r: {"ticket": f"T-{r.randint(1, 99999)}"},
+    ),
 }  # fmt: skip
+AGENT_TOOLS = [name for name, tool in TOOLS.items() if name not in ("crm_lookup", "ticket_create")]
+AGENT_TOOL_WEIGHTS = [30, 8, 6, 8, 6, 20, 10, 6, 3, 3]
+OUTSIDE_TOOLS = ["crm_lookup", "ticket_create", "web_search"]
+# What the planner picks when a tool fails: another tool for the same capability.
+FALLBACKS = {
+    "web_search": "http_request",
+    "http_request": "web_search",
+    "datetime": "mcp.time.get_current_time",
+    "mcp.time.get_current_time": "datetime",
+    "mcp.time.convert_time": "datetime",
+    "calculator": "json_tools",
+    "mcp.files.read_file": "http_request",
+}
 ERRORS = {
     "timeout": "tool timed out after 30 s",
     "invalid_arguments": "expression: expected string, got number 123",
     "tool_error": "upstream returned HTTP 502",
     "rate_limited": "429 Too Many Requests",
+    "not_found": "no such item",
 }
 REQUESTS = [
     "What is 17% of 2,340 plus the square root of 144?",
@@ -59,97 +151,273 @@ REQUESTS = [
     "What time is it in Shanghai?",
     "Upper-case 'hello world' and count its letters",
     "Fetch item 42 from the inventory API and summarise it",
+    "Read the Q4 report and list its open questions",
+    "Open a ticket for customer C1234's refund",
 ]
+# Web search's incident: between these fractions of the window most searches fail.
+INCIDENT = (0.55, 0.60)
+INCIDENT_FAILURE_RATE = 0.6
+# Traffic per hour swings by this much around its mean over each day.
+DAILY_SWING = 0.5
 
 
-def _hex(rng: random.Random, digits: int) -> str:
-    return f"{rng.getrandbits(digits * 4):0{digits}x}".replace("0" * digits, "1" * digits)
+def demo_traces(
+    count: int, *, seed: int = 0, now: datetime | None = None, days: float = 1.0
+) -> Iterator[list[dict]]:
+    """Yield `count` traces, each a list of span dicts, in time order over `days` before `now`."""
+    maker = _TraceMaker(seed, now, days)
+    for index in range(count):
+        yield maker.trace(index / count)
 
 
-def demo_traces(count: int, *, seed: int = 0, now: datetime | None = None) -> Iterator[list[dict]]:
-    """Yield `count` traces, each a list of span dicts in the ingest API's JSON shape.
+def demo_trace_stream(
+    spans: int, *, seed: int = 0, now: datetime | None = None, days: float = 1.0
+) -> Iterator[list[dict]]:
+    """Yield whole traces, in time order over `days` before `now`, until exactly `spans` spans.
 
-    A trace is an LLM call, one to four tool calls (some failing, some retried, now and
-    then a spiral of the same failing call), and a final LLM call, spread over the last
-    24 hours before `now`.
+    The last trace is cut to fit. Memory stays one trace, whatever `spans` is.
     """
-    rng = random.Random(seed)
-    now = now or datetime.now(UTC)
-    for _ in range(count):
-        yield _demo_trace(rng, now - timedelta(seconds=rng.uniform(60, 24 * 3600)))
+    maker = _TraceMaker(seed, now, days)
+    emitted = 0
+    while emitted < spans:
+        trace = maker.trace(emitted / spans)[: spans - emitted]
+        emitted += len(trace)
+        yield trace
 
 
-def demo_spans(count: int, *, seed: int = 0, now: datetime | None = None) -> list[dict]:
-    """Return at least `count` spans (whole traces), cut to exactly `count`."""
-    spans: list[dict] = []
-    for trace in demo_traces(count, seed=seed, now=now):
-        spans.extend(trace)
-        if len(spans) >= count:
-            break
-    return spans[:count]
+def demo_spans(
+    count: int, *, seed: int = 0, now: datetime | None = None, days: float = 1.0
+) -> list[dict]:
+    """Return exactly `count` spans (whole traces but the last), in time order."""
+    return [
+        span for trace in demo_trace_stream(count, seed=seed, now=now, days=days) for span in trace
+    ]
 
 
-def _demo_trace(rng: random.Random, start: datetime) -> list[dict]:
-    trace_id, agent, model = _hex(rng, 32), rng.choice(AGENTS), rng.choice(MODELS)
-    common = {"trace_id": trace_id, "agent": agent, "session_id": f"s-{rng.randint(1, 400)}"}
-    clock = start
-    spans = [_llm_span(rng, common, clock, model, request=rng.choice(REQUESTS))]
-    clock += timedelta(milliseconds=spans[-1]["latency_ms"])
-    for _ in range(rng.randint(1, 4)):
-        tool = rng.choice(list(TOOLS))
-        repeats = 4 if rng.random() < 0.005 else 1  # now and then a failure spiral
-        for attempt in range(1, repeats + 1):
-            span = _tool_span(rng, common, clock, tool, attempt, force_error=repeats > 1)
-            spans.append(span)
-            clock += timedelta(milliseconds=span["latency_ms"] + rng.uniform(1, 30))
-    spans.append(_llm_span(rng, common, clock, model))
-    return spans
+def time_of(fraction: float, days: float) -> float:
+    """Return where (0..1 of the window) the traffic's `fraction` has gone by: busier by day.
+
+    The inverse of a daily sine wave of traffic would need solving; warping time instead
+    (fraction minus a sine) gives the same swing in closed form, and is monotonic.
+    """
+    cycles = max(days, 1e-9)
+    return fraction - DAILY_SWING * math.sin(2 * math.pi * cycles * fraction) / (
+        2 * math.pi * cycles
+    )
 
 
-def _llm_span(
-    rng: random.Random, common: dict, clock: datetime, model: str, request: str = ""
-) -> dict[str, Any]:
-    prompt, completion = rng.randint(300, 3000), rng.randint(20, 400)
-    span = {
-        **common,
-        "span_id": _hex(rng, 16),
-        "kind": "llm",
-        "model": model,
-        "status": "ok",
-        "started_at": clock.isoformat(),
-        "latency_ms": round(rng.lognormvariate(6.5, 0.5), 3),
-        "input_tokens": prompt,
-        "output_tokens": completion,
-        "cost_usd": round(prompt * 1.5e-7 + completion * 6e-7, 8),
-    }
-    if request:
-        span["request_text"] = request
-    return span
+class _TraceMaker:
+    """Make one trace after another from one seeded random stream."""
+
+    def __init__(self, seed: int, now: datetime | None, days: float) -> None:
+        self.rng = random.Random(seed)
+        # A minute of margin: the last trace's spans must not start in the future.
+        self.end = (now or datetime.now(UTC)) - timedelta(minutes=1)
+        self.window = timedelta(days=days)
+        self.days = days
+
+    def trace(self, fraction: float) -> list[dict]:
+        """Return the trace that starts `fraction` (0..1) of the way through the traffic."""
+        rng = self.rng
+        start = self.end - self.window * (1 - time_of(fraction, self.days))
+        start += timedelta(seconds=rng.uniform(0, 5))
+        trace = _Trace(rng, start, in_incident=INCIDENT[0] <= fraction < INCIDENT[1])
+        draw = rng.random()
+        if draw < 0.10:
+            trace.workflow()
+        elif draw < 0.18:
+            trace.outside_agent()
+        elif draw < 0.23:
+            trace.planner_request()
+        else:
+            trace.llm_agent()
+        return trace.spans
 
 
-def _tool_span(
-    rng: random.Random, common: dict, clock: datetime, tool: str, attempt: int, force_error: bool
-) -> dict[str, Any]:
-    ran_on, latency, failure_rate, make_args, make_result = TOOLS[tool]
-    failed = force_error or rng.random() < failure_rate
-    span: dict[str, Any] = {
-        **common,
-        "span_id": _hex(rng, 16),
-        "kind": "tool",
-        "tool_name": tool,
-        "tool_call_id": f"call_{_hex(rng, 12)}",
-        "chosen_by": rng.choices(["llm", "planner", "workflow", "external"], [70, 15, 10, 5])[0],
-        "ran_on": ran_on,
-        "arguments": make_args(rng),
-        "status": "error" if failed else "ok",
-        "started_at": clock.isoformat(),
-        "latency_ms": round(rng.lognormvariate(0, 0.6) * latency, 3),
-        "result_tokens": rng.randint(5, 400),
-        "attempt": attempt,
-    }
-    if failed:
-        kind = "timeout" if force_error else rng.choice(list(ERRORS))
-        span.update(error_kind=kind, error_message=ERRORS[kind])
-    else:
-        span["result"] = make_result(rng)
-    return span
+class _Trace:
+    """One trace being written: shared fields, a clock, and its spans so far."""
+
+    def __init__(self, rng: Rng, start: datetime, in_incident: bool) -> None:
+        self.rng = rng
+        self.clock = start
+        self.in_incident = in_incident
+        self.trace_id = _hex(rng, 32)
+        self.session_id = f"s-{rng.randint(1, 400)}"
+        self.spans: list[dict[str, Any]] = []
+        self.agent = ""
+
+    # Who runs the trace.
+
+    def llm_agent(self) -> None:
+        rng = self.rng
+        self.agent, model = rng.choice(LLM_AGENTS), rng.choice(MODELS)
+        self.llm(model, request=rng.choice(REQUESTS))
+        special = rng.random()
+        steps = rng.randint(1, 4)
+        special_step = rng.randrange(steps)
+        for step in range(steps):
+            if step and rng.random() < 0.5:
+                self.llm(model)
+            tool = self.pick_tool()
+            if step != special_step or special >= 0.10:
+                self.call_with_retry(tool, "llm")
+            elif special < 0.06:
+                self.fallback(tool)
+            elif special < 0.085:
+                self.failing_spiral(tool)
+            else:
+                self.loop(tool)
+        self.llm(model)
+
+    def planner_request(self) -> None:
+        rng = self.rng
+        self.agent, model = rng.choice(LLM_AGENTS), rng.choice(MODELS)
+        self.llm(model, request=rng.choice(REQUESTS))
+        for _ in range(rng.randint(1, 2)):
+            self.call_with_retry(self.pick_tool(), "planner")
+        self.llm(model)
+
+    def workflow(self) -> None:
+        rng = self.rng
+        self.agent = rng.choice(WORKFLOWS)
+        for _ in range(rng.randint(2, 5)):
+            tool = self.pick_tool()
+            if not self.call_with_retry(tool, "workflow") and tool in FALLBACKS:
+                self.call(FALLBACKS[tool], "planner")  # the workflow's per-step fallback
+
+    def outside_agent(self) -> None:
+        rng = self.rng
+        self.agent, model = rng.choice(OUTSIDE_AGENTS), "claude-3-5-haiku"
+        self.llm(model, request=rng.choice(REQUESTS[-2:]))
+        for _ in range(rng.randint(1, 3)):
+            self.call_with_retry(rng.choice(OUTSIDE_TOOLS), "external")
+        self.llm(model)
+
+    # What happens in it.
+
+    def pick_tool(self) -> str:
+        return self.rng.choices(AGENT_TOOLS, AGENT_TOOL_WEIGHTS)[0]
+
+    def call_with_retry(self, tool: str, chosen_by: str) -> bool:
+        """Call a tool; the engine retries a timeout or rate limit once, now and then."""
+        span = self.call(tool, chosen_by)
+        if span["error_kind"] in ("timeout", "rate_limited") and self.rng.random() < 0.5:
+            span = self.call(tool, chosen_by, args=span["arguments"], attempt=2, like=span)
+        return span["status"] == "ok"
+
+    def fallback(self, tool: str) -> None:
+        """A call the LLM chose fails; the planner picks another tool for the same job."""
+        self.call(tool, "llm", fail=True)
+        self.call(FALLBACKS.get(tool, "web_search"), "planner")
+
+    def failing_spiral(self, tool: str) -> None:
+        """The LLM makes the same failing call three to five times, tweaking one value."""
+        rng = self.rng
+        kind = rng.choice(TOOLS[tool].error_kinds)
+        first = TOOLS[tool].make_args(rng)
+        key = rng.choice(sorted(first))
+        for attempt in range(rng.randint(3, 5)):
+            args = {**first, key: _tweak(first[key], attempt)} if attempt else first
+            self.call(tool, "llm", args=args, fail=True, error_kind=kind)
+        ending = rng.random()
+        if ending < 0.35 and tool in FALLBACKS:
+            self.call(FALLBACKS[tool], "planner", fail=False)
+        elif ending < 0.6:
+            self.call(tool, "llm", fail=False)  # recovered
+        # else: the agent gives up on the tool
+
+    def loop(self, tool: str) -> None:
+        """The LLM repeats an identical call that keeps answering: a loop, still going."""
+        args = TOOLS[tool].make_args(self.rng)
+        for _ in range(self.rng.randint(3, 6)):
+            self.call(tool, "llm", args=args, fail=False)
+
+    # Spans.
+
+    def llm(self, model: str, request: str = "") -> None:
+        rng = self.rng
+        prompt, completion = rng.randint(300, 3000), rng.randint(20, 400)
+        span = {
+            "trace_id": self.trace_id,
+            "span_id": _hex(rng, 16),
+            "agent": self.agent,
+            "session_id": self.session_id,
+            "kind": "llm",
+            "model": model,
+            "status": "ok",
+            "started_at": self.clock.isoformat(),
+            "latency_ms": round(rng.lognormvariate(6.5, 0.5), 3),
+            "input_tokens": prompt,
+            "output_tokens": completion,
+            "cost_usd": round(prompt * 1.5e-7 + completion * 6e-7, 8),
+        }
+        if request:
+            span["request_text"] = request
+        self.add(span)
+
+    def call(
+        self,
+        tool: str,
+        chosen_by: str,
+        *,
+        args: dict[str, Any] | None = None,
+        fail: bool | None = None,
+        error_kind: str = "",
+        attempt: int = 1,
+        like: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Add a tool span; `fail` None draws failure from the tool's profile."""
+        rng = self.rng
+        profile = TOOLS[tool]
+        if fail is None:
+            rate = profile.failure_rate
+            if tool == "web_search" and self.in_incident:
+                rate = INCIDENT_FAILURE_RATE
+            fail = rng.random() < rate
+        span: dict[str, Any] = {
+            "trace_id": self.trace_id,
+            "span_id": _hex(rng, 16),
+            "agent": self.agent,
+            "session_id": self.session_id,
+            "kind": "tool",
+            "tool_name": tool,
+            "tool_call_id": like["tool_call_id"] if like else f"call_{_hex(rng, 12)}",
+            "chosen_by": chosen_by,
+            "ran_on": profile.ran_on,
+            "arguments": args if args is not None else profile.make_args(rng),
+            "status": "error" if fail else "ok",
+            "started_at": self.clock.isoformat(),
+            "latency_ms": round(rng.lognormvariate(0, 0.6) * profile.latency_ms, 3),
+            "result_tokens": rng.randint(5, 400),
+            "cost_usd": profile.cost_usd,
+            "attempt": attempt,
+            "error_kind": "",
+        }
+        if fail:
+            kind = error_kind or rng.choice(profile.error_kinds)
+            if kind == "timeout":
+                span["latency_ms"] = 30_000.0 + rng.uniform(0, 50)
+            span.update(
+                error_kind=kind, error_message=ERRORS[kind], result_tokens=rng.randint(5, 40)
+            )
+        else:
+            span["result"] = profile.make_result(rng)
+        self.add(span)
+        return span
+
+    def add(self, span: dict[str, Any]) -> None:
+        self.spans.append(span)
+        self.clock += timedelta(milliseconds=span["latency_ms"] + self.rng.uniform(1, 30))
+
+
+def _tweak(value: Any, attempt: int) -> Any:
+    """Return an argument value an agent changed a little between attempts."""
+    if isinstance(value, int | float):
+        return value + attempt
+    if isinstance(value, str):
+        return f"{value} (try {attempt + 1})"
+    return value
+
+
+def _hex(rng: Rng, digits: int) -> str:
+    return f"{rng.getrandbits(digits * 4):0{digits}x}".replace("0" * digits, "1" * digits)

@@ -1,27 +1,119 @@
-"""Fill the database with realistic demo traces."""
+"""Fill the database with realistic demo traces, a million spans in minutes."""
 
-from django.core.management.base import BaseCommand, CommandParser
+from __future__ import annotations
 
-from traces_app.demo import demo_spans
-from traces_app.schemas import InvocationIn
+import time
+from collections.abc import Iterable, Iterator
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.utils import timezone
+
+from traces_app.demo import demo_trace_stream
+from traces_app.models import refresh_rollups
+from traces_app.schemas import InvocationFromDict
 from traces_app.services import record_invocations
 
 
 class Command(BaseCommand):
-    help = "Record realistic demo traces (LLM calls, tool calls, failures, spirals)."
+    help = (
+        "Record realistic demo traces (LLM and tool calls, failures, spirals, planner "
+        "fallbacks, MCP and workflow calls) over the last --days, then refresh the rollups."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--invocations", type=int, default=2000, help="Spans to record")
+        parser.add_argument(
+            "--days", type=float, default=1.0, help="Spread them over this many days before now"
+        )
         parser.add_argument(
             "--seed", type=int, default=0, help="Random seed (same seed, same data)"
         )
         parser.add_argument("--batch", type=int, default=1000, help="Spans per transaction")
 
     def handle(
-        self, *args: object, invocations: int, seed: int, batch: int, **opts: object
+        self, *args: object, invocations: int, days: float, seed: int, batch: int, **opts: object
     ) -> None:
-        spans = [InvocationIn.model_validate(span) for span in demo_spans(invocations, seed=seed)]
+        if invocations < 0 or batch < 1:
+            raise CommandError("--invocations must be 0 or more and --batch 1 or more")
+        if not 0 < days <= settings.ARES_RETENTION_DAYS:
+            # Older spans would be purged and their hours never rolled up.
+            raise CommandError(
+                f"--days must be over 0 and at most ARES_RETENTION_DAYS "
+                f"({settings.ARES_RETENTION_DAYS})"
+            )
+        began, started = timezone.now(), time.monotonic()
+        progress = ProgressBar(invocations, self.stderr)
         stored = 0
-        for start in range(0, len(spans), batch):
-            stored += sum(record_invocations(spans[start : start + batch]))
-        self.stdout.write(f"Recorded {stored} new spans ({len(spans) - stored} already there).")
+        for spans in batches(demo_trace_stream(invocations, seed=seed, days=days), batch):
+            items = [InvocationFromDict.model_validate(span) for span in spans]
+            stored += sum(record_invocations(items))
+            progress.advance(len(spans))
+        progress.finish()
+        # Ingest refreshes rollups at most every few seconds; the last batches need this.
+        refresh_rollups(began, timezone.now())
+        seconds = time.monotonic() - started
+        self.stdout.write(
+            f"Recorded {stored} new spans ({invocations - stored} already there) "
+            f"in {seconds:.1f} s ({invocations / max(seconds, 1e-9):,.0f} spans/s)."
+        )
+
+
+def batches(traces: Iterable[list[dict]], size: int) -> Iterator[list[dict]]:
+    """Return whole traces grouped into lists of at least `size` spans (the last may be fewer).
+
+    A trace never straddles two batches, so each batch finds its spirals in full.
+    """
+    batch: list[dict] = []
+    for trace in traces:
+        batch.extend(trace)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class ProgressBar:
+    """A one-line text progress bar with rate and time left, redrawn at most 5 times a second.
+
+    Not a terminal (a log, a test): a line at each tenth instead of redrawing.
+    """
+
+    WIDTH = 30
+
+    def __init__(self, total: int, stream: OutputWrapper) -> None:
+        self.total, self.stream = total, stream
+        self.done = 0
+        self.started = self.drawn_at = time.monotonic()
+        self.interactive = stream.isatty()
+        self.tenths_shown = 0
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self.interactive:
+            if now - self.drawn_at >= 0.2:
+                self.drawn_at = now
+                self.stream.write(f"\r{self.line(now)}", ending="")
+                self.stream.flush()
+        elif self.total and self.done * 10 // self.total > self.tenths_shown:
+            self.tenths_shown = self.done * 10 // self.total
+            self.stream.write(self.line(now))
+
+    def finish(self) -> None:
+        if self.interactive:
+            self.stream.write(f"\r{self.line(time.monotonic())}")
+            self.stream.flush()
+
+    def line(self, now: float) -> str:
+        share = self.done / self.total if self.total else 1.0
+        filled = int(share * self.WIDTH)
+        elapsed = now - self.started
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = (self.total - self.done) / rate if rate else 0.0
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        return (
+            f"[{bar}] {share:4.0%} {self.done:,}/{self.total:,} spans, "
+            f"{rate:,.0f}/s, {left:.0f} s left"
+        )
