@@ -2,34 +2,31 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from traces_app.models import Trace, tool_stats
+from ares_site.overview import active_spirals, overview_of
+from traces_app.models import Trace
+from traces_app.ranges import range_context
+
+RECENT_TRACES_SHOWN = 20
 
 
 @staff_member_required
 def overview(request: HttpRequest) -> HttpResponse:
-    """Show the last 24 hours at a glance: calls, failures, tools, recent traces."""
-    until = timezone.now()
-    since = until - timedelta(hours=24)
-    tools = tool_stats(since, until)
-    calls = sum(tool["calls"] for tool in tools)
-    failures = sum(tool["failures"] for tool in tools)
-    context = {
-        "since": since,
-        "until": until,
-        "calls": calls,
-        "failures": failures,
-        "error_rate": failures / calls if calls else 0.0,
-        "tools": sorted(tools, key=lambda tool: (-tool["failures"], tool["tool_name"])),
-        "recent_traces": Trace.objects.order_by("-started_at")[:20],
-    }
+    """Show a time range at a glance: calls, errors, latency, cost, failing tools, spirals."""
+    context = range_context(request.GET, timezone.now())
+    time_range = context["time_range"]
+    recent = Trace.objects.filter(started_at__gte=time_range.since, started_at__lt=time_range.until)
+    context.update(
+        overview=overview_of(time_range),
+        active_spirals=active_spirals(time_range),
+        recent_traces=recent.order_by("-started_at")[:RECENT_TRACES_SHOWN],
+        range_note="whole UTC hours",
+    )
     return render(request, "ares_site/overview.html", context)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
@@ -9,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import make_span
-from traces_app.models import ApiKey, Invocation
+from traces_app.models import ApiKey, Invocation, refresh_rollups
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 
@@ -27,17 +28,21 @@ def test_it_sends_anonymous_visitors_to_the_login_page(page: Any, live_server: A
 
 
 def test_it_shows_recorded_tools_on_the_overview(staff_page: Any, live_server: Any) -> None:
+    before = datetime.now(UTC)
     _record(
         make_span(tool_name="web_search"),
         make_span(tool_name="web_search", status="error", error_kind="timeout"),
+        make_span(tool_name="calculator", status="error", error_kind="tool_error"),
+        make_span(tool_name="calculator"),
         make_span(tool_name="calculator"),
     )
+    refresh_rollups(before, datetime.now(UTC))  # the overview reads rollups
     staff_page.goto(f"{live_server.url}/")
-    rows = staff_page.locator("#tools tbody tr")
+    rows = staff_page.locator("#failing-tools tbody tr")
     assert rows.count() == 2
-    first = rows.nth(0).locator("td")  # failing tools first
-    assert [first.nth(i).inner_text() for i in range(3)] == ["web_search", "2", "1"]
-    assert staff_page.locator("#calls").inner_text() == "3"
+    first = rows.nth(0).locator("td")  # most failures first, then by name
+    assert [first.nth(i).inner_text() for i in range(3)] == ["calculator", "3", "1"]
+    assert staff_page.locator("#calls").inner_text() == "5"
 
 
 def test_it_shows_tool_output_as_text_never_as_markup(staff_page: Any, live_server: Any) -> None:
@@ -45,7 +50,7 @@ def test_it_shows_tool_output_as_text_never_as_markup(staff_page: Any, live_serv
     _record(make_span(tool_name="<b>bold</b>", result={"html": hostile}, request_text=hostile))
     invocation = Invocation.objects.get()
     pages = {
-        "/": "#tools",
+        "/": "#traces",
         f"/admin/traces_app/invocation/{invocation.pk}/change/": "#content",
         f"/admin/traces_app/trace/{invocation.trace_id}/change/": "#content",
         "/admin/traces_app/trace/": "#result_list",
