@@ -336,6 +336,7 @@ def attempts_chart(spiral: FailureSpiral, attempts: Sequence[Invocation]) -> Cha
         ],
         hovermode="closest",
         barmode="overlay",
+        showlegend=True,  # names the error kind even when all attempts share one
         xaxis={"title": {"text": "Attempt"}, "dtick": 1},
         yaxis={"title": {"text": "Latency (ms)"}},
     )

@@ -1,0 +1,154 @@
+"""The trace and spiral pages in a real Chromium: filter, waterfall, spirals, hostile output."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.conftest import make_span
+from traces_app.models import FailureSpiral
+from traces_app.schemas import InvocationIn
+from traces_app.services import record_invocations
+
+pytestmark = pytest.mark.browser
+
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+RENDERED = '.plot[data-rendered="true"]'
+
+
+def at(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def record(*spans: dict[str, Any]) -> None:
+    record_invocations([InvocationIn.model_validate(span) for span in spans])
+
+
+def agent_trace(agent: str, tool: str, request_text: str, start: float) -> list[dict[str, Any]]:
+    """Return a trace's spans: an LLM turn, a tool call, and a final LLM turn."""
+    trace_id = secrets.token_hex(16)
+    llm = {"trace_id": trace_id, "agent": agent, "kind": "llm", "tool_name": "",
+           "chosen_by": None, "ran_on": None, "model": "gpt-4o-mini", "input_tokens": 900,
+           "output_tokens": 40, "latency_ms": 800.0}  # fmt: skip
+    return [
+        make_span(**llm, request_text=request_text, started_at=at(start)),
+        make_span(trace_id=trace_id, agent=agent, tool_name=tool, started_at=at(start + 0.9),
+                  latency_ms=350.0),
+        make_span(**llm, started_at=at(start + 1.3)),
+    ]  # fmt: skip
+
+
+def spiral_trace() -> str:
+    """Store a trace where web_search times out three times and the planner takes over."""
+    trace_id = secrets.token_hex(16)
+    failing = [
+        make_span(trace_id=trace_id, tool_name="web_search", arguments={"query": f"mcp {i}"},
+                  status="error", error_kind="timeout", result=None, started_at=at(100 + i),
+                  latency_ms=900.0, result_tokens=12)
+        for i in range(3)
+    ]  # fmt: skip
+    record(
+        *failing,
+        make_span(trace_id=trace_id, tool_name="http_get", chosen_by="planner",
+                  arguments={"url": "https://example.org/mcp"}, started_at=at(104)),
+    )  # fmt: skip
+    return trace_id
+
+
+def assert_stayed_local(page: Any, live_server: Any) -> None:
+    hosts = {
+        urlparse(url).hostname
+        for url in page.requested_urls
+        if urlparse(url).scheme in ("http", "https", "ws", "wss")
+    }
+    assert hosts == {urlparse(live_server.url).hostname}, hosts
+
+
+def test_it_filters_traces_and_draws_a_trace_waterfall(
+    staff_page: Any, live_server: Any, screenshot: Callable[[Any, str], Path]
+) -> None:
+    record(
+        *agent_trace("math-tutor", "calculator", "What is 17% of 2,340?", 0),
+        *agent_trace("research-bot", "web_search", "Find articles about MCP", 10),
+    )
+    page = staff_page
+    page.goto(f"{live_server.url}/traces/")
+    assert page.locator("#traces tbody tr").count() == 2
+    screenshot(page, "traces")
+
+    page.fill("#trace-filters input[name=agent]", "research-bot")
+    page.click("#trace-filters button[type=submit]")
+    page.wait_for_url("**agent=research-bot**")
+    rows = page.locator("#traces tbody tr")
+    assert rows.count() == 1
+    assert "Find articles about MCP" in rows.first.inner_text()
+    assert "web_search" in rows.first.locator("td.tools-used").inner_text()
+
+    rows.first.locator("td a").first.click()
+    page.wait_for_selector(f"#waterfall {RENDERED}")
+    bars = page.evaluate(
+        "Array.from(document.querySelector('#waterfall .plot').data, t => t.y.length)"
+    )
+    assert sorted(bars) == [1, 2]  # two LLM turns, one tool call
+    assert page.locator("section.span").count() == 3
+    assert page.locator("a.tool-link").first.get_attribute("href") == "/tools/web_search/"
+    screenshot(page, "trace-detail")
+    assert_stayed_local(page, live_server)
+
+
+def test_it_follows_a_spiral_to_its_trace(
+    staff_page: Any, live_server: Any, screenshot: Callable[[Any, str], Path]
+) -> None:
+    trace_id = spiral_trace()
+    spiral = FailureSpiral.objects.get(trace_id=trace_id)
+    page = staff_page
+    page.goto(f"{live_server.url}/spirals/")
+    assert page.locator("#spirals tbody tr").count() == 1
+    screenshot(page, "spirals")
+
+    page.click("#spirals a.spiral-link")
+    page.wait_for_selector(f"#attempts {RENDERED}")
+    assert "Planner fallback" in page.locator("#ending").inner_text()
+    assert page.locator("#argument-changes tbody tr").count() == 2
+    screenshot(page, "spiral-detail")
+
+    page.click("#spiral-facts a.trace-link")
+    page.wait_for_selector(f"#waterfall {RENDERED}")
+    assert urlparse(page.url).path == f"/traces/{trace_id}/"
+    first_attempt = page.locator(f"#span-{spiral.first_span_id}")
+    assert "spiral: web_search × 3" in first_attempt.inner_text()
+    assert page.locator(".badge.fallback").count() == 1
+    assert_stayed_local(page, live_server)
+
+
+def test_it_shows_a_malicious_tool_result_as_text(staff_page: Any, live_server: Any) -> None:
+    hostile = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned = 2'>"
+    trace_id = secrets.token_hex(16)
+    record(
+        make_span(trace_id=trace_id, tool_name="<img src=x onerror=alert(1)>",
+                  result={"html": hostile}, request_text=hostile, latency_ms=40.0),
+    )  # fmt: skip
+    page = staff_page
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    page.goto(f"{live_server.url}/traces/{trace_id}/")
+    page.wait_for_selector(f"#waterfall {RENDERED}")
+    # Plotly listens on a drag layer above the bars: move the mouse there, over a bar.
+    page.hover("#waterfall .plot .bars .point path", force=True)
+    page.wait_for_selector("#waterfall .hoverlayer text")
+
+    assert hostile in page.locator("pre.result").inner_text()
+    assert "<img src=x onerror=alert(1)>" in page.locator("section.span h3").inner_text()
+    assert "<img src=x onerror=alert(1)>" in page.locator("#waterfall .hoverlayer").text_content()
+    page.goto(f"{live_server.url}/traces/")
+    assert hostile in page.locator("#traces td.request").inner_text()
+    assert page.evaluate("window.__pwned") is None
+    assert dialogs == []
+    assert_stayed_local(page, live_server)
