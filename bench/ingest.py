@@ -1,5 +1,9 @@
 """Benchmark span ingest through the production server: invocations per second and peak memory.
 
+Two ways in: the REST API (POST /api/v1/invocations, pre-encoded JSON batches of 1,000) and
+OTLP/HTTP (POST /v1/traces, the same spans in OpenTelemetry GenAI conventions, sent by the
+OpenTelemetry SDK's BatchSpanProcessor and OTLP/HTTP protobuf exporter, batches of 512).
+
 Starts gunicorn on a throwaway database (SQLite file in a temp dir, or a PostgreSQL database
 created and dropped here), posts pre-encoded batches from concurrent clients, checks that
 every span was accepted and stored exactly once, and prints a table of the figures:
@@ -7,6 +11,7 @@ spans per second, the server's peak memory (RSS of gunicorn's master and workers
 its CPU time per 1000 spans, which tells what the code costs even on a busy machine.
 
     .venv/bin/python bench/ingest.py [--database sqlite|postgres|both] [--invocations N]
+                                     [--mode rest|otlp|both]
 """
 
 from __future__ import annotations
@@ -28,11 +33,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +54,7 @@ from traces_app.demo import demo_spans  # noqa: E402  (needs ROOT on sys.path)
 
 BIN = Path(sys.executable).parent
 BATCH_SIZE = 1000
+OTLP_BATCH_SIZE = 512  # the BatchSpanProcessor's default max_export_batch_size
 DEFAULT_POSTGRES_URL = "postgres://ares:ares@127.0.0.1:5432/ares_bench"
 
 
@@ -55,6 +68,8 @@ class Result:
     peak_rss_mb: float
     server_cpu_seconds: float
     database_cpu_seconds: float
+    client_cpu_seconds: float = 0.0
+    tool_spans: int = 0
 
     @property
     def cpu_ms_per_1000(self) -> float:
@@ -68,6 +83,10 @@ class Result:
     def per_second(self) -> float:
         return self.invocations / self.seconds
 
+    @property
+    def tool_spans_per_second(self) -> float:
+        return self.tool_spans / self.seconds
+
 
 class BenchError(Exception):
     """The run failed a check: not every span accepted or stored, or the server misbehaved."""
@@ -76,6 +95,9 @@ class BenchError(Exception):
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument(
+        "--mode", choices=["rest", "otlp", "both"], default="rest", help="the ingest path"
+    )
     parser.add_argument("--invocations", type=int, default=200_000)
     parser.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients")
     parser.add_argument("--workers", type=int, default=None, help="gunicorn workers")
@@ -104,6 +126,73 @@ def encode_batches(count: int, seed: int, compress: bool) -> list[tuple[int, byt
         body = json.dumps({"invocations": chunk}, separators=(",", ":")).encode()
         batches.append((len(chunk), gzip.compress(body, 1) if compress else body))
     return batches
+
+
+def demo_readable_spans(count: int, seed: int) -> list[ReadableSpan]:
+    """Return `count` demo spans as the SDK's finished spans, in OpenTelemetry GenAI conventions.
+
+    The same spans as the REST mode sends (ids, times, tools, tokens), one resource per
+    agent (service.name), as the agents' own SDKs would hold them when they end.
+    """
+    scope = InstrumentationScope("ares-bench")
+    resources: dict[str, Resource] = {}
+    spans = []
+    for demo in demo_spans(count, seed=seed):
+        agent = demo["agent"]
+        resource = resources.setdefault(agent, Resource.create({"service.name": agent}))
+        context = SpanContext(
+            int(demo["trace_id"], 16),
+            int(demo["span_id"], 16),
+            is_remote=False,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+        name, attributes = genai_attributes(demo)
+        start = nanoseconds(datetime.fromisoformat(demo["started_at"]))
+        failed = demo["status"] == "error"
+        spans.append(
+            ReadableSpan(
+                name=name,
+                context=context,
+                resource=resource,
+                attributes=attributes,
+                start_time=start,
+                end_time=start + round(demo["latency_ms"] * 1e6),
+                status=Status(StatusCode.ERROR, demo["error_message"])
+                if failed
+                else Status(StatusCode.OK),
+                instrumentation_scope=scope,
+            )
+        )
+    return spans
+
+
+def nanoseconds(moment: datetime) -> int:
+    return (moment - datetime(1970, 1, 1, tzinfo=moment.tzinfo)) // timedelta(microseconds=1) * 1000
+
+
+def genai_attributes(demo: dict) -> tuple[str, dict]:
+    """Return the span name and GenAI attributes of a demo span."""
+    common = {"session.id": demo["session_id"]}
+    if demo["kind"] == "llm":
+        return f"chat {demo['model']}", {
+            **common,
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": demo["model"],
+            "gen_ai.usage.input_tokens": demo["input_tokens"],
+            "gen_ai.usage.output_tokens": demo["output_tokens"],
+        }
+    attributes = {
+        **common,
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": demo["tool_name"],
+        "gen_ai.tool.call.id": demo["tool_call_id"],
+        "gen_ai.tool.call.arguments": json.dumps(demo["arguments"]),
+    }
+    if "result" in demo:
+        attributes["gen_ai.tool.call.result"] = json.dumps(demo["result"])
+    if demo.get("error_kind"):
+        attributes["error.type"] = demo["error_kind"]
+    return f"execute_tool {demo['tool_name']}", attributes
 
 
 def free_port() -> int:
@@ -362,13 +451,99 @@ def post_all(
     return elapsed
 
 
+class CheckedExporter(OTLPSpanExporter):
+    """The SDK's OTLP/HTTP exporter, remembering any export that failed."""
+
+    def __init__(self, failures: list[str], **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.failures = failures
+
+    def export(self, spans: object) -> SpanExportResult:
+        result = super().export(spans)
+        if result != SpanExportResult.SUCCESS:
+            self.failures.append(f"an export of {len(spans)} spans failed")
+        return result
+
+
+def export_all(
+    port: int, key: str, spans: list[ReadableSpan], clients: int, deadline: float
+) -> float:
+    """Export every span through `clients` BatchSpanProcessors; return the elapsed seconds.
+
+    Each client is an agent process's SDK: its processor takes ended spans and its
+    worker thread exports them in batches of 512, one request at a time, as in production.
+    The timed part is the SDK's encoding and the requests, not making the spans.
+    """
+    failures: list[str] = []
+    share = -(-len(spans) // clients)
+    slices = [spans[start : start + share] for start in range(0, len(spans), share)]
+    processors = [
+        BatchSpanProcessor(
+            CheckedExporter(
+                failures,
+                endpoint=f"http://127.0.0.1:{port}/v1/traces",
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=120,
+            ),
+            max_queue_size=len(part),
+            max_export_batch_size=OTLP_BATCH_SIZE,
+        )
+        for part in slices
+    ]
+
+    def client(processor: BatchSpanProcessor, part: list[ReadableSpan]) -> None:
+        for span in part:
+            processor.on_end(span)
+        remaining_ms = max(0.0, deadline - time.monotonic()) * 1000
+        if not processor.force_flush(timeout_millis=int(remaining_ms)):
+            failures.append("a processor did not flush in time")
+
+    threads = [
+        threading.Thread(target=client, args=pair) for pair in zip(processors, slices, strict=True)
+    ]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    for processor in processors:
+        processor.shutdown()
+    if failures:
+        raise BenchError(failures[0])
+    return elapsed
+
+
+@dataclass
+class Workload:
+    """What one run sends: pre-encoded REST batches, or the SDK's spans for OTLP export."""
+
+    mode: str
+    items: list
+    tool_spans: int
+
+    def send(self, port: int, key: str, clients: int, deadline: float) -> float:
+        """Send everything to the server on `port`; return the elapsed seconds."""
+        if self.mode == "otlp":
+            return export_all(port, key, self.items, clients, deadline)
+        return post_all(port, key, self.items, clients, deadline)
+
+
+def prepare(mode: str, args: argparse.Namespace) -> Workload:
+    """Return the workload of a mode: the same demo spans, encoded for REST or made for OTLP."""
+    tools = sum(span["kind"] == "tool" for span in demo_spans(args.invocations, seed=args.seed))
+    if mode == "otlp":
+        return Workload(mode, demo_readable_spans(args.invocations, args.seed), tools)
+    return Workload(mode, encode_batches(args.invocations, args.seed, args.gzip), tools)
+
+
 def run_server_bench(
-    name: str,
+    database: str,
     database_url: str,
     count_rows: Callable[[], tuple[int, int]],
     args: argparse.Namespace,
-    batches: list,
-    database: str | None = None,
+    workload: Workload,
+    backends_of: str | None = None,
 ) -> Result:
     env = server_env(database_url, args.workers)
     manage(env, "migrate", "--noinput")
@@ -376,14 +551,17 @@ def run_server_bench(
     port = free_port()
     deadline = time.monotonic() + args.time_limit
     with gunicorn(env, port) as server:
-        sampler = ServerSampler(server.pid, database)
+        sampler = ServerSampler(server.pid, backends_of)
         sampler.start()
+        client_cpu = time.process_time()
         try:
-            seconds = post_all(port, key, batches, args.clients, deadline)
+            seconds = workload.send(port, key, args.clients, deadline)
         finally:
             sampler.stop()
+        client_cpu = time.process_time() - client_cpu
         workers = len(process_tree(read_processes(), server.pid)) - 1
     stored, traced = count_rows()
+    name = f"{database}/{workload.mode}"
     if stored != args.invocations or traced != args.invocations:
         raise BenchError(
             f"{name}: {stored} spans stored and {traced} counted in trace totals, "
@@ -398,6 +576,8 @@ def run_server_bench(
         sampler.peak_rss / 2**20,
         sampler.cpu_seconds("gunicorn"),
         sampler.cpu_seconds("postgres"),
+        client_cpu,
+        workload.tool_spans,
     )
 
 
@@ -407,7 +587,7 @@ COUNT_SQL = (
 )
 
 
-def bench_sqlite(args: argparse.Namespace, batches: list) -> Result:
+def bench_sqlite(args: argparse.Namespace, workload: Workload) -> Result:
     with tempfile.TemporaryDirectory(prefix="ares-bench-") as folder:
         path = Path(folder) / "bench.sqlite3"
 
@@ -415,10 +595,10 @@ def bench_sqlite(args: argparse.Namespace, batches: list) -> Result:
             with sqlite3.connect(path) as db:
                 return db.execute(COUNT_SQL).fetchone()
 
-        return run_server_bench("sqlite", f"sqlite:///{path}", count_rows, args, batches)
+        return run_server_bench("sqlite", f"sqlite:///{path}", count_rows, args, workload)
 
 
-def bench_postgres(args: argparse.Namespace, batches: list) -> Result | None:
+def bench_postgres(args: argparse.Namespace, workload: Workload) -> Result | None:
     parts = urlsplit(args.postgres_url)
     prefix = parts.path.lstrip("/") or "ares_bench"
     # A fresh name per run, so the bench can never touch a database someone else uses.
@@ -441,7 +621,7 @@ def bench_postgres(args: argparse.Namespace, batches: list) -> Result | None:
 
             local = parts.hostname in ("127.0.0.1", "localhost", "::1")
             return run_server_bench(
-                "postgres", bench_url, count_rows, args, batches, name if local else None
+                "postgres", bench_url, count_rows, args, workload, name if local else None
             )
         finally:
             admin.execute(
@@ -450,13 +630,13 @@ def bench_postgres(args: argparse.Namespace, batches: list) -> Result | None:
 
 
 def print_table(results: list[Result]) -> None:
-    header = f"{'database':<10} {'N':>9} {'clients':>7} {'workers':>7} {'seconds':>8} "
+    header = f"{'database/mode':<14} {'N':>9} {'clients':>7} {'workers':>7} {'seconds':>8} "
     header += f"{'inv/s':>9} {'peak MB':>8} {'CPU ms/1k':>10}"
     print(header)
     print("-" * len(header))
     for r in results:
         print(
-            f"{r.database:<10} {r.invocations:>9} {r.clients:>7} {r.workers:>7} "
+            f"{r.database:<14} {r.invocations:>9} {r.clients:>7} {r.workers:>7} "
             f"{r.seconds:>8.1f} {r.per_second:>9.0f} {r.peak_rss_mb:>8.0f} "
             f"{r.cpu_ms_per_1000:>10.0f}"
         )
@@ -474,37 +654,46 @@ def main() -> int:
     # drop the database; a shell starts background jobs with SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
-    started = time.perf_counter()
-    batches = encode_batches(args.invocations, args.seed, args.gzip)
-    print(
-        f"{args.invocations} spans in {len(batches)} batches pre-encoded "
-        f"in {time.perf_counter() - started:.1f} s"
-    )
     results: list[Result] = []
     failed = False
-    for database in ("sqlite", "postgres"):
-        if args.database not in (database, "both"):
+    for mode in ("rest", "otlp"):
+        if args.mode not in (mode, "both"):
             continue
-        try:
-            result = (
-                bench_sqlite(args, batches)
-                if database == "sqlite"
-                else bench_postgres(args, batches)
-            )
-        except BenchError as exc:
-            print(f"{database}: FAILED: {exc}")
-            failed = True
-            continue
-        if result:
-            print(
-                f"{database}: {result.per_second:.0f} inv/s, peak {result.peak_rss_mb:.0f} MB, "
-                f"CPU per 1000 spans: gunicorn {result.ms_per_1000(result.server_cpu_seconds):.0f}"
-                f" ms, PostgreSQL {result.ms_per_1000(result.database_cpu_seconds):.0f} ms"
-            )
-            results.append(result)
+        started = time.perf_counter()
+        workload = prepare(mode, args)
+        print(
+            f"{mode}: {args.invocations} spans ({workload.tool_spans} tool calls) ready "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
+        for database in ("sqlite", "postgres"):
+            if args.database not in (database, "both"):
+                continue
+            try:
+                result = (
+                    bench_sqlite(args, workload)
+                    if database == "sqlite"
+                    else bench_postgres(args, workload)
+                )
+            except BenchError as exc:
+                print(f"{database}/{mode}: FAILED: {exc}")
+                failed = True
+                continue
+            if result:
+                print_result(result)
+                results.append(result)
     print()
     print_table(results)
     return 1 if failed or not results else 0
+
+
+def print_result(result: Result) -> None:
+    print(
+        f"{result.database}: {result.per_second:.0f} inv/s "
+        f"({result.tool_spans_per_second:.0f} tool spans/s), peak {result.peak_rss_mb:.0f} MB, "
+        f"CPU per 1000 spans: gunicorn {result.ms_per_1000(result.server_cpu_seconds):.0f} ms, "
+        f"PostgreSQL {result.ms_per_1000(result.database_cpu_seconds):.0f} ms, "
+        f"this client {result.ms_per_1000(result.client_cpu_seconds):.0f} ms"
+    )
 
 
 if __name__ == "__main__":
