@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from planner_app.discovery.text import analyze
@@ -58,10 +59,18 @@ class TfidfBackend:
 
     name = "tfidf"
 
-    def fit(self, documents: Sequence[str]) -> TfidfEncoder:
+    def fit(self, documents: Sequence[str]) -> TfidfEncoder | EmptyEncoder:
+        if not any(analyze(document) for document in documents):
+            return EmptyEncoder()  # scikit-learn refuses to fit an empty vocabulary
         vectorizer = TfidfVectorizer(analyzer=analyze, sublinear_tf=True, dtype=np.float32)
-        vectorizer.fit(list(documents) or [""])
-        return TfidfEncoder(vectorizer)
+        return TfidfEncoder(vectorizer.fit(documents))
+
+
+class EmptyEncoder:
+    """The encoder of a catalogue without a single term: every text is the zero vector."""
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        return sparse.csr_matrix((len(texts), 1), dtype=np.float32)
 
 
 class EmbeddingEncoder:

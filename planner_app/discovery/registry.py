@@ -1,0 +1,119 @@
+"""The router over this process's tool registry, rebuilt on the next search after a change.
+
+Built-in tools are grouped into categories, each MCP server is a group of its own. The
+registry calls back on every registration, change and removal; the router only counts
+them, and rebuilds (a few milliseconds for a registry this size) when asked to search
+after one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+from planner_app.discovery.backends import Backend
+from planner_app.discovery.catalogue import Server, Tool
+from planner_app.discovery.router import RouterSettings, Routing, ToolRouter
+from tools_app.registry import ToolRegistry
+from tools_app.specs import ToolSpec
+
+# Built-in tool -> category; a built-in not listed here joins OTHER_BUILTINS.
+BUILTIN_CATEGORIES = {
+    "calculator": "math",
+    "datetime": "time",
+    "string_utils": "text",
+    "hash_tool": "text",
+    "json_tools": "text",
+    "http_request": "web",
+    "web_search": "web",
+}
+CATEGORY_DESCRIPTIONS = {
+    "math": "Calculations: arithmetic, expressions, statistics, number theory, probability.",
+    "time": "Dates, times, time zones, calendars and durations.",
+    "text": "Text and data: string operations, hashing, encoding, JSON processing.",
+    "web": "The web: HTTP requests to URLs and web search.",
+}
+OTHER_BUILTINS = "other"
+
+
+def server_of(spec: ToolSpec) -> tuple[str, str]:
+    """Return the (name, description) of the group a tool belongs to."""
+    if spec.ran_on.startswith("mcp:"):
+        name = spec.ran_on.removeprefix("mcp:")
+        return f"mcp:{name}", f"Tools of the MCP server {name}."
+    category = BUILTIN_CATEGORIES.get(spec.name, OTHER_BUILTINS)
+    return f"builtin:{category}", CATEGORY_DESCRIPTIONS.get(category, "Other built-in tools.")
+
+
+def catalogue_from_specs(specs: list[ToolSpec]) -> list[Server]:
+    """Return the router's catalogue of enabled tools, grouped into servers."""
+    groups: dict[tuple[str, str], list[Tool]] = defaultdict(list)
+    for spec in specs:
+        if not spec.enabled:
+            continue
+        parameters = spec.parameters.get("properties", {})
+        keywords = tuple(spec.capabilities) + tuple(parameters)
+        groups[server_of(spec)].append(Tool(spec.name, spec.description, keywords))
+    return [
+        Server(name=name, description=description, tools=tuple(tools))
+        for (name, description), tools in sorted(groups.items())
+    ]
+
+
+class RegistryRouter:
+    """A ToolRouter following a ToolRegistry: after any change, rebuilt before the next search."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        settings: RouterSettings | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        self.registry = registry
+        self.settings = settings or RouterSettings()
+        self.backend = backend
+        self._lock = threading.Lock()
+        self._changes = 0
+        self._built_for = -1
+        self._router: ToolRouter | None = None
+        self.builds = 0
+        registry.on_change(self._count_change)
+
+    def _count_change(self, name: str, spec: ToolSpec | None) -> None:
+        with self._lock:
+            self._changes += 1
+
+    def router(self) -> ToolRouter:
+        """Return a router over the registry's current tools, rebuilding it if they changed."""
+        with self._lock:
+            changes = self._changes
+            if self._router is not None and self._built_for == changes:
+                return self._router
+        # Built outside the lock: a change meanwhile bumps the count, so the next call
+        # rebuilds again rather than keep a stale index.
+        router = ToolRouter(catalogue_from_specs(self.registry.list()), self.settings, self.backend)
+        with self._lock:
+            if self._built_for <= changes:
+                self._router, self._built_for = router, changes
+                self.builds += 1
+        return router
+
+    def search(self, tool: str, server: str = "", *, limit: int | None = None) -> Routing:
+        """Return the best tools for a request, two-stage (see ToolRouter.search)."""
+        return self.router().search(tool, server, limit=limit)
+
+
+_current: RegistryRouter | None = None
+_current_lock = threading.Lock()
+
+
+def get_router() -> RegistryRouter:
+    """Return the router over this process's engine registry (a new one with a new engine)."""
+    global _current
+    from tools_app.runtime import get_engine  # the runtime needs Django set up: import late
+
+    registry = get_engine().registry
+    with _current_lock:
+        if _current is None or _current.registry is not registry:
+            _current = RegistryRouter(registry)
+        return _current

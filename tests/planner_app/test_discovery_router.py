@@ -1,0 +1,237 @@
+"""The active-discovery router on a small catalogue: two stages, flat search, settings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from planner_app.discovery import RouteMode, RouterSettings, Server, Tool, ToolRouter
+from planner_app.discovery.backends import BackendUnavailable, EmbeddingBackend, make_backend
+from planner_app.discovery.text import analyze, stem
+
+CATALOGUE = (
+    Server(
+        "weather",
+        "Weather forecasts and current conditions for any city.",
+        (
+            Tool("get_forecast", "Return the weather forecast of a city for the next days."),
+            Tool("get_current_conditions", "Return the temperature and wind in a city now."),
+        ),
+    ),
+    Server(
+        "calendar",
+        "A calendar service: events and meetings.",
+        (
+            Tool("createEvent", "Create an event on a date, with a title and attendees."),
+            Tool("listEvents", "List the events between two dates."),
+            Tool("deleteEvent", "Delete an event by its id."),
+        ),
+    ),
+    Server(
+        "github",
+        "Code hosting: repositories, issues and pull requests.",
+        (
+            Tool("list_issues", "List the open issues of a repository."),
+            Tool("create_pull_request", "Open a pull request from a branch."),
+        ),
+    ),
+    Server(
+        "files",
+        "Read and write files on the local disk.",
+        (
+            Tool("read_file", "Return the text of a file."),
+            Tool("write_file", "Write text to a file, replacing it."),
+            Tool("search_files", "Find files whose names match a pattern."),
+        ),
+    ),
+    Server(
+        "天气服务",
+        "中国城市的天气预报和空气质量。",
+        (
+            Tool("查询天气预报", "查询城市未来三天的天气预报。"),
+            Tool("查询空气质量", "查询城市当前的空气质量指数。"),
+        ),
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def router() -> ToolRouter:
+    return ToolRouter(CATALOGUE)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "server", "tool"),
+    [
+        ("what is the weather forecast for Paris tomorrow", "weather", "get_forecast"),
+        ("create a meeting event on Friday", "calendar", "createEvent"),
+        ("show me the open issues of my repository", "github", "list_issues"),
+        ("read the text of a file", "files", "read_file"),
+        ("查询北京的天气预报", "天气服务", "查询天气预报"),
+    ],
+)
+def test_it_ranks_the_right_tool_first(
+    router: ToolRouter, request_text: str, server: str, tool: str
+) -> None:
+    for routing in (router.search(request_text), router.search_flat(request_text)):
+        best = routing.matches[0]
+        assert (best.server, best.tool) == (server, tool)
+
+
+def test_it_ranks_servers_first_then_tools_inside_the_kept_servers(router: ToolRouter) -> None:
+    routing = router.search("delete an event", server="a calendar with events")
+    assert routing.mode == RouteMode.TWO_STAGE
+    assert routing.servers[0][0] == "calendar"
+    assert len(routing.servers) <= 3
+    kept = {name for name, _ in routing.servers}
+    assert {match.server for match in routing.matches} <= kept
+    assert routing.matches[0].tool == "deleteEvent"
+
+
+def test_it_combines_server_and_tool_scores_with_the_weights(router: ToolRouter) -> None:
+    for match in router.search("list the events of next week").matches:
+        assert match.score == pytest.approx(0.3 * match.server_score + 0.7 * match.tool_score)
+
+
+def test_it_orders_matches_best_first(router: ToolRouter) -> None:
+    scores = [match.score for match in router.search("write text to a file").matches]
+    assert scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "tool"),
+    [
+        ("forecasts for several cities", "get_forecast"),  # plural request, singular tool
+        ("find a file by name", "search_files"),  # singular request, plural tool name
+        ("list all issue", "list_issues"),
+    ],
+)
+def test_it_matches_plurals_and_singulars(router: ToolRouter, request_text: str, tool: str) -> None:
+    assert router.search(request_text).matches[0].tool == tool
+
+
+@pytest.mark.parametrize(
+    ("word", "folded"),
+    [
+        ("cities", "city"),
+        ("boxes", "box"),
+        ("matches", "match"),
+        ("events", "event"),
+        ("issues", "issue"),
+        ("children", "child"),
+        ("status", "status"),
+        ("address", "address"),
+        ("news", "news"),
+        ("analysis", "analysis"),
+    ],
+)
+def test_it_folds_plurals_but_not_words_ending_in_s(word: str, folded: str) -> None:
+    assert stem(word) == folded
+
+
+def test_it_splits_identifiers_and_cjk_text_into_terms() -> None:
+    assert analyze("getUserByName HTTPRequest list_issues") == [
+        "get",
+        "user",
+        "name",
+        "http",
+        "request",
+        "list",
+        "issue",
+    ]
+    assert analyze("天气预报") == ["天", "气", "预", "报", "天气", "气预", "预报"]
+
+
+def test_it_matches_chinese_text_without_spaces(router: ToolRouter) -> None:
+    routing = router.search("空气质量怎么样", server="天气")
+    assert routing.matches[0].tool == "查询空气质量"
+
+
+def test_it_falls_back_to_flat_search_when_no_server_matches() -> None:
+    strict = ToolRouter(CATALOGUE, RouterSettings(server_threshold=0.99))
+    routing = strict.search("weather forecast")
+    assert routing.mode == RouteMode.FLAT_FALLBACK
+    assert routing.servers == ()
+    assert routing.matches[0].tool == "get_forecast"
+
+
+def test_it_searches_all_tools_in_flat_mode(router: ToolRouter) -> None:
+    routing = router.search_flat("file", limit=10)
+    assert routing.mode == RouteMode.FLAT
+    assert {match.tool for match in routing.matches} == {"read_file", "write_file", "search_files"}
+
+
+def test_it_returns_nothing_for_a_request_that_matches_no_word(router: ToolRouter) -> None:
+    assert router.search("zzz qqq").matches == ()
+    assert router.search_flat("zzz qqq").matches == ()
+
+
+def test_it_keeps_only_the_configured_numbers_of_servers_and_tools() -> None:
+    narrow = ToolRouter(CATALOGUE, RouterSettings(top_servers=1, top_tools=2))
+    routing = narrow.search("create an event or a pull request")
+    assert len(routing.servers) == 1
+    assert len(routing.matches) <= 2
+    assert {match.server for match in routing.matches} == {routing.servers[0][0]}
+
+
+def test_it_uses_the_tool_weight_alone_when_the_server_weight_is_zero() -> None:
+    tools_only = ToolRouter(CATALOGUE, RouterSettings(server_weight=0.0, tool_weight=1.0))
+    for match in tools_only.search("delete an event").matches:
+        assert match.score == pytest.approx(match.tool_score)
+
+
+def test_it_drops_matches_below_the_minimum_score(router: ToolRouter) -> None:
+    picky = ToolRouter(CATALOGUE, RouterSettings(min_score=0.4))
+    every = router.search("list events").matches
+    kept = picky.search("list events").matches
+    assert kept == tuple(match for match in every if match.score >= 0.4)
+    assert 0 < len(kept) < len(every)
+
+
+def test_it_matches_tool_keywords() -> None:
+    servers = (
+        Server("math", tools=(Tool("calculator", "Evaluate an expression.", ("NumberTheory",)),)),
+        Server("text", tools=(Tool("string_utils", "Change the case of a text."),)),
+    )
+    assert ToolRouter(servers).search("number theory").matches[0].tool == "calculator"
+
+
+def test_it_handles_an_empty_catalogue() -> None:
+    empty = ToolRouter([Server("empty")])
+    assert empty.tool_count == 0
+    assert empty.search("anything").matches == ()
+    assert empty.search_flat("anything").matches == ()
+
+
+def test_settings_default_to_the_issue_values() -> None:
+    settings = RouterSettings()
+    assert (settings.server_weight, settings.tool_weight) == (0.3, 0.7)
+    assert (settings.top_servers, settings.top_tools) == (3, 5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.top_tools = 10  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"server_weight": -0.1},
+        {"server_weight": 0.0, "tool_weight": 0.0},
+        {"top_servers": 0},
+        {"top_tools": 0},
+        {"server_threshold": 1.5},
+        {"min_score": -0.1},
+    ],
+)
+def test_settings_refuse_values_that_make_no_sense(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        RouterSettings(**bad)
+
+
+def test_it_explains_that_the_embedding_backend_needs_its_extra_or_a_local_model() -> None:
+    with pytest.raises(BackendUnavailable, match="embeddings|local"):
+        ToolRouter(CATALOGUE, backend=EmbeddingBackend("/nonexistent/model"))
+    with pytest.raises(BackendUnavailable, match="model path"):
+        make_backend("embeddings")
+    with pytest.raises(ValueError, match="unknown discovery backend"):
+        make_backend("bm42")
