@@ -196,6 +196,7 @@ class TraceOut(Schema):
     output_tokens: int
     cost_usd: float
     tool_latency_ms: float
+    dialect: str = Field(description="The OpenTelemetry dialect that reported it; blank for REST")
 
 
 class InvocationOut(Schema):

@@ -154,6 +154,16 @@ def test_it_adds_genai_spans_to_their_trace_with_the_dialect(sdk_export):
     assert record.duration_ms == pytest.approx(500)
 
 
+def test_it_shows_the_dialect_of_a_trace_in_the_api(sdk_export, api):
+    spans: dict[str, Any] = {}
+    sdk_export(lambda tracer: genai_agent_run(tracer, spans, Status(StatusCode.OK)))
+
+    body = api.get(f"/traces/{ids(spans['agent'])[0]}").json()
+
+    assert body["dialect"] == "genai"
+    assert {span["kind"] for span in body["spans"]} == {"agent", "llm", "tool"}
+
+
 def test_it_stores_a_failed_genai_tool_call_with_its_error(sdk_export):
     spans: dict[str, Any] = {}
     sdk_export(
