@@ -81,6 +81,16 @@ def execute(
     return BridgeResult("error", [ToolResult(call_id, "", False, error=error, text=error.message)])
 
 
+def plan_without(tool: str, request: str, context: CallContext | None = None) -> BridgeResult:
+    """Plan from the request, leaving out a tool that failed or looped (a spiral's)."""
+    context = context or CallContext()
+    context = replace(context, request_text=context.request_text or request)
+    if not request.strip():
+        error = ToolError(ErrorKind.INVALID_ARGUMENTS, "no request to plan from")
+        return BridgeResult("error", [ToolResult("", "", False, error=error, text=error.message)])
+    return _run_plan(request, context, path="fallback", exclude=tool)
+
+
 def _run_plan(request: str, context: CallContext, *, path: str, exclude: str = "") -> BridgeResult:
     """Plan from the request and run its steps in order, each through the engine."""
     plan = plan_request(request)

@@ -1,0 +1,659 @@
+"""The agent loop (Path 1): model -> tool calls -> results -> model, until a text answer.
+
+No Django here: the loop takes the agent as plain data, a ChatModel, the tool engine and
+a few services (the Bridge, a recorder, the trace's calls for the spiral rule), so it
+runs the same in a web request, a Celery task or a test. What can go wrong is caught:
+
+- an unknown tool name goes to the Bridge, which plans from the user's request (Path 2);
+  so does a reply with no tool call where the agent was asked to act;
+- a call's failure goes back to the model as text in one shape (tool, error kind,
+  message, and for invalid arguments the field-level problems);
+- the spiral breaker: when the trace's calls make a spiral under traces_app's rule (the
+  dashboards' rule, read from the same stored calls), that call is not sent again and
+  the user's request goes to the planner; the spiral is recorded as planner_fallback;
+- a tool with side effects that already ran with the same arguments is not run again;
+- tool output fed back is held to a token budget (see token_budget.py);
+- at the iteration limit (or a spent budget) one last call without tools asks for an
+  answer from what the model has.
+
+Every step is an event (`on_event`), typed and JSON-ready, for a page to stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from planner_app.llm.client import ChatModel
+from planner_app.llm.messages import LlmError, LlmReply, Message, ToolsNotSupported, Usage
+from planner_app.token_budget import TokenBudget
+from tools_app.engine import CallContext, ToolEngine
+from tools_app.formatting import estimate_tokens, format_error
+from tools_app.specs import ErrorKind, ToolCall, ToolError, ToolResult, ToolSpec
+from traces_app.spirals import FAILING, RECOVERED, CallView, SpiralRule, arguments_fingerprint
+from traces_app.spirals import find_spirals as find_trace_spirals
+
+logger = logging.getLogger(__name__)
+
+# Failures that mean the tool never ran: a call refused this way had no side effects.
+NOT_RUN = frozenset(
+    {ErrorKind.INVALID_ARGUMENTS, ErrorKind.NOT_FOUND, ErrorKind.DISABLED,
+     ErrorKind.PERMISSION_DENIED, ErrorKind.CANCELLED}
+)  # fmt: skip
+FINAL_PROMPT = (
+    "No more tool calls for this task ({reason}). Answer the user's request now from the "
+    "information above; if something is missing, say what."
+)
+PATH_LLM, PATH_PLANNER, PATH_WORKFLOW, PATH_MCP = 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent as the loop needs it (the Agent row, as plain data)."""
+
+    name: str
+    system_prompt: str = ""
+    tools: tuple[str, ...] = ()  # allowed; empty: no tool calls at all
+    max_iterations: int = 10
+    parallel_tools: bool = True
+    tool_timeout_s: float = 30.0
+    tool_calling: bool = True
+    discovery: str = "passive"
+    token_budget: int = 8000
+    tool_output_share: float = 0.3
+
+
+# Events -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoopEvent:
+    type: ClassVar[str] = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class Started(LoopEvent):
+    type: ClassVar[str] = "started"
+    trace_id: str
+    agent: str
+    model: str
+    tools: list[str]
+    schema_tokens: int
+
+
+@dataclass(frozen=True)
+class ModelTurn(LoopEvent):
+    type: ClassVar[str] = "model_turn"
+    iteration: int
+    content: str
+    tool_calls: list[dict[str, Any]]
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float
+    finish_reason: str
+    with_tools: bool
+
+
+@dataclass(frozen=True)
+class ToolStarted(LoopEvent):
+    type: ClassVar[str] = "tool_started"
+    call_id: str
+    tool: str
+    arguments: Any
+    path: int  # 1 LLM, 2 planner, 3 workflow, 4 MCP
+
+
+@dataclass(frozen=True)
+class ToolFinished(LoopEvent):
+    type: ClassVar[str] = "tool_finished"
+    call_id: str
+    tool: str
+    path: int
+    success: bool
+    error_kind: str
+    text: str  # as fed back to the model
+    latency_ms: float
+    tokens: int
+    truncated: bool
+    ran: bool  # False: refused by the loop (spiral breaker, no replay) and never sent
+
+
+@dataclass(frozen=True)
+class Fallback(LoopEvent):
+    type: ClassVar[str] = "fallback"
+    reason: str  # unknown_tool, no_tool_call, spiral
+    tool: str
+    outcome: str  # the Bridge's path: planner, fallback, direct or error
+    warnings: list[str]
+    path: int = PATH_PLANNER
+
+
+@dataclass(frozen=True)
+class Spiral(LoopEvent):
+    type: ClassVar[str] = "spiral"
+    tool: str
+    kind: str
+    attempts: int
+    error_kind: str
+    resolution: str
+
+
+@dataclass(frozen=True)
+class Notice(LoopEvent):
+    type: ClassVar[str] = "notice"
+    message: str
+
+
+@dataclass(frozen=True)
+class Final(LoopEvent):
+    type: ClassVar[str] = "final"
+    content: str
+    finish_reason: str  # stop, max_iterations, budget, error
+    trace_id: str
+    iterations: int
+    input_tokens: int
+    output_tokens: int
+
+
+# The loop ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoopServices:
+    """What the loop uses from the site; the Django adapter (planner_app.agents) fills it."""
+
+    engine: ToolEngine
+    fallback: Callable[..., Any]  # planner_app.bridge.execute
+    plan_without: Callable[..., Any]  # planner_app.bridge.plan_without
+    read_calls: Callable[[str], Sequence[CallView]]  # the trace's tool calls, oldest first
+    record: Callable[[list[dict[str, Any]]], None]
+    spiral_rule: SpiralRule = SpiralRule()
+    spiral_resolved: Callable[[str], None] = lambda trace_id: None
+    # Active discovery: (agent, request, allowed specs) -> the specs to show. None: passive.
+    select_tools: Callable[[AgentSpec, str, list[ToolSpec]], list[ToolSpec]] | None = None
+
+
+@dataclass
+class LoopResult:
+    content: str
+    finish_reason: str
+    trace_id: str
+    iterations: int
+    usage: Usage
+    tokens: dict[str, int]
+    messages: list[Message]
+    tool_calls: list[dict[str, Any]]
+    events: list[LoopEvent]
+    error: str = ""
+
+
+def run_agent_loop(
+    agent: AgentSpec,
+    model: ChatModel,
+    messages: Sequence[Message],
+    services: LoopServices,
+    *,
+    trace_id: str | None = None,
+    session_id: str = "",
+    tool_choice: str = "auto",
+    on_event: Callable[[LoopEvent], None] | None = None,
+) -> LoopResult:
+    """Run one task to its answer; every step goes to on_event and into the trace."""
+    task = _Task(agent, model, services, trace_id or secrets.token_hex(16), session_id, on_event)
+    return task.run(list(messages), tool_choice)
+
+
+@dataclass
+class _Turn:
+    """One call of a model turn on its way to a tool message."""
+
+    call: ToolCall
+    spec: ToolSpec | None
+    result: ToolResult | None = None
+    path: int = PATH_LLM
+    ran: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+class _Task:
+    def __init__(
+        self,
+        agent: AgentSpec,
+        model: ChatModel,
+        services: LoopServices,
+        trace_id: str,
+        session_id: str,
+        on_event: Callable[[LoopEvent], None] | None,
+    ) -> None:
+        self.agent, self.model, self.services = agent, model, services
+        self.engine = services.engine
+        self.trace_id, self.root_span_id = trace_id, secrets.token_hex(8)
+        self.on_event = on_event
+        self.events: list[LoopEvent] = []
+        self.budget = TokenBudget(agent.token_budget, agent.tool_output_share)
+        self.usage = Usage()
+        self.schema_tokens_sent = 0
+        self.records: list[dict[str, Any]] = []
+        self.handled_spirals: set[tuple[str, str]] = set()
+        self.blocked_tools: dict[str, str] = {}  # tool -> why (a failing spiral)
+        self.blocked_calls: dict[tuple[str, str], str] = {}  # (tool, arguments) -> why (a loop)
+        self.side_effects: dict[tuple[str, str], str] = {}  # (tool, arguments) -> call id
+        self.planned_for_request = False
+        self.error = ""
+        self.context = CallContext(
+            trace_id=trace_id,
+            parent_span_id=self.root_span_id,
+            agent=agent.name,
+            session_id=session_id,
+            chosen_by="llm",
+            allowed_tools=frozenset(agent.tools),
+            timeout_s=agent.tool_timeout_s,
+        )
+
+    # The whole task --------------------------------------------------------------------
+
+    def run(self, messages: list[Message], tool_choice: str) -> LoopResult:
+        self.started_at, self.clock = datetime.now(UTC), time.perf_counter()
+        self.request = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        self.context = dataclasses.replace(self.context, request_text=self.request)
+        self.history = _with_system_prompt(self.agent.system_prompt, messages)
+        self.tools = self._tools_to_show()
+        self.emit(Started(self.trace_id, self.agent.name, self.model.model,
+                          [spec.name for spec in self.tools], self._schema_tokens()))  # fmt: skip
+        reason, iteration = "max_iterations", 0
+        while iteration < self.agent.max_iterations:
+            if self.budget.is_exhausted:
+                reason = "budget"
+                break
+            iteration += 1
+            choice = tool_choice if iteration == 1 else "auto"
+            reply = self._ask(iteration, self.tools, choice)
+            if reply is None:
+                return self._finish("", "error", iteration)
+            calls = reply.tool_calls if self.tools else []  # none offered: text is the answer
+            self.history.append(Message("assistant", reply.content, tuple(calls)))
+            if calls:
+                self._run_turn(calls)
+            elif self._should_have_acted(reply, choice):
+                self._plan_for_request("no_tool_call")
+            else:
+                return self._finish(reply.content, "stop", iteration)
+        self.emit(Notice(f"asking for a final answer without tools ({reason})"))
+        self.history.append(Message("user", FINAL_PROMPT.format(reason=reason.replace("_", " "))))
+        reply = self._ask(iteration + 1, [], "none")
+        if reply is None:
+            return self._finish("", "error", iteration + 1)
+        self.history.append(Message("assistant", reply.content))
+        return self._finish(reply.content or self._what_we_have(), reason, iteration + 1)
+
+    def _tools_to_show(self) -> list[ToolSpec]:
+        if not self.agent.tool_calling or not self.agent.tools:
+            return []
+        allowed = self.engine.registry.list(names=self.agent.tools)
+        if self.agent.discovery != "active":
+            return allowed
+        if self.services.select_tools is None:
+            self.emit(Notice("active discovery is not available here: showing every allowed tool"))
+            return allowed
+        return self.services.select_tools(self.agent, self.request, allowed)
+
+    def _should_have_acted(self, reply: LlmReply, choice: str) -> bool:
+        """Return whether a reply without tool calls should go to the planner instead."""
+        if not self.agent.tools or self.planned_for_request:
+            return False
+        return choice == "required" or not reply.content.strip()
+
+    # The model ---------------------------------------------------------------------------
+
+    def _ask(self, iteration: int, tools: list[ToolSpec], choice: str) -> LlmReply | None:
+        """Call the model once, record the call, and return its reply (None: it failed)."""
+        started_at, clock = datetime.now(UTC), time.perf_counter()
+        schema_tokens = self._schema_tokens() if tools else 0
+        try:
+            reply = self.model.complete(self.history, tools, choice)
+        except ToolsNotSupported as exc:
+            self._record_llm(iteration, started_at, clock, schema_tokens, error=exc)
+            self.tools = []
+            self.emit(Notice(f"{self.model.model} takes no tools ({exc}); answering without"))
+            return self._ask(iteration, [], "auto")
+        except LlmError as exc:
+            self._record_llm(iteration, started_at, clock, schema_tokens, error=exc)
+            self.error = str(exc)
+            self.emit(Notice(f"the LLM call failed: {exc}"))
+            return None
+        usage = reply.usage if not reply.usage.estimated else self._estimated_usage(reply, tools)
+        reply.usage = usage
+        self.usage += usage
+        self.schema_tokens_sent += schema_tokens
+        self.budget.record_call(usage.input_tokens, usage.output_tokens)
+        latency_ms = self._record_llm(iteration, started_at, clock, schema_tokens, reply=reply)
+        self.emit(ModelTurn(iteration, reply.content, [_call_dict(c) for c in reply.tool_calls],
+                            usage.input_tokens, usage.output_tokens, latency_ms,
+                            reply.finish_reason, bool(tools)))  # fmt: skip
+        return reply
+
+    def _estimated_usage(self, reply: LlmReply, tools: list[ToolSpec]) -> Usage:
+        sent = sum(estimate_tokens(m.content) + 4 for m in self.history)
+        sent += self._schema_tokens() if tools else 0
+        answer = estimate_tokens(reply.content) + sum(
+            estimate_tokens(json.dumps(_call_dict(c), default=str)) for c in reply.tool_calls
+        )
+        return Usage(sent, answer, estimated=True)
+
+    def _schema_tokens(self) -> int:
+        definitions = [spec.openai_definition() for spec in self.tools]
+        return estimate_tokens(json.dumps(definitions)) if definitions else 0
+
+    # One turn of tool calls --------------------------------------------------------------
+
+    def _run_turn(self, calls: Sequence[ToolCall]) -> None:
+        turns = [self._prepare(call) for call in calls]
+        runnable = [turn for turn in turns if turn.result is None and turn.path == PATH_LLM]
+        for turn in runnable:
+            self.emit(ToolStarted(turn.call.id, turn.spec.name if turn.spec else turn.call.name,
+                                  turn.call.arguments, self._path_of(turn.spec)))  # fmt: skip
+        if runnable:
+            limit = None if self.agent.parallel_tools else 1
+            results = self.engine.execute_many(
+                [turn.call for turn in runnable], self.context, max_parallel=limit
+            )
+            for turn, result in zip(runnable, results, strict=True):
+                turn.result, turn.path = result, self._path_of(turn.spec)
+                self._remember_side_effects(turn)
+        for turn in turns:
+            if turn.path == PATH_PLANNER:
+                self._bridge_unknown(turn)
+        self._break_spirals(turns)
+        for turn in turns:
+            self._answer(turn)
+
+    def _prepare(self, call: ToolCall) -> _Turn:
+        """Return the call's turn: to run, for the planner, or refused without running."""
+        if call.name not in self.engine.registry:
+            # With no tools allowed there is nothing to plan with: the engine says not_found.
+            return _Turn(call, None, path=PATH_PLANNER if self.agent.tools else PATH_LLM)
+        spec = self.engine.registry.get(call.name)
+        key = (spec.name, arguments_fingerprint(call.arguments))
+        turn = _Turn(call, spec)
+        why = self.blocked_tools.get(spec.name) or self.blocked_calls.get(key)
+        if why:
+            turn.result = self._refused(call, spec, why)
+        elif not spec.retryable and key in self.side_effects:
+            earlier = self.side_effects[key]
+            turn.result = self._refused(
+                call, spec,
+                f"not run again: {spec.name} changes things and already ran with these "
+                f"arguments in this task (call {earlier}); change the arguments if a second "
+                "change is really wanted",
+            )  # fmt: skip
+        elif not spec.retryable:
+            self.side_effects[key] = call.id  # a twin later in this turn is refused too
+        if turn.result is not None:
+            turn.ran = False
+        return turn
+
+    def _refused(self, call: ToolCall, spec: ToolSpec, message: str) -> ToolResult:
+        error = ToolError(ErrorKind.CANCELLED, message)
+        return ToolResult(
+            call.id, spec.name, False, error=error, text=format_error(spec.name, error)
+        )
+
+    def _remember_side_effects(self, turn: _Turn) -> None:
+        result = turn.result
+        if turn.spec is None or turn.spec.retryable or result is None:
+            return
+        key = (turn.spec.name, arguments_fingerprint(turn.call.arguments))
+        if not result.success and result.error.kind in NOT_RUN:
+            self.side_effects.pop(key, None)  # it never ran: a corrected call may run
+
+    def _bridge_unknown(self, turn: _Turn) -> None:
+        """Send a call of an unknown tool to the Bridge, which plans from the request."""
+        call = turn.call
+        outcome = self.services.fallback(
+            call.name, call.arguments, self.request, self.context, call_id=call.id
+        )
+        self.emit(Fallback("unknown_tool", call.name, outcome.path, list(outcome.warnings)))
+        turn.result = self._planner_result(call, outcome, f"no tool named {call.name!r}")
+
+    def _planner_result(self, call: ToolCall, outcome: Any, headline: str) -> ToolResult:
+        """Return one result that tells the model what the planner did, and emit its calls."""
+        lines = [f"{headline}; the planner took the user's request instead (path 2):"]
+        for result in outcome.results:
+            if not result.tool:
+                lines.append(result.text or (result.error.message if result.error else ""))
+                continue
+            self._emit_planner_call(result)
+            lines.append(result.text)
+        return ToolResult(call.id, call.name, outcome.success, text="\n".join(lines))
+
+    def _emit_planner_call(self, result: ToolResult) -> None:
+        text, cut = result.text, False
+        self.emit(ToolStarted(result.call_id, result.tool, None, PATH_PLANNER))
+        self.emit(ToolFinished(result.call_id, result.tool, PATH_PLANNER, result.success,
+                               str(result.error.kind) if result.error else "", text,
+                               result.metadata.get("latency_ms", 0.0), estimate_tokens(text),
+                               cut, True))  # fmt: skip
+        self.records.append(_record(result, None, PATH_PLANNER, True))
+
+    def _plan_for_request(self, reason: str) -> None:
+        """Hand the user's request to the planner and tell the model what came of it."""
+        self.planned_for_request = True
+        outcome = self.services.fallback(None, None, self.request, self.context)
+        self.emit(Fallback(reason, "", outcome.path, list(outcome.warnings)))
+        note = self._planner_result(ToolCall("", None, ""), outcome, "you called no tool")
+        text, _ = self.budget.fit(note)
+        self.history.append(Message("user", f"{text}\nAnswer the request from these results."))
+
+    # The spiral breaker ------------------------------------------------------------------
+
+    def _break_spirals(self, turns: list[_Turn]) -> None:
+        """Stop a call that now makes a spiral in the trace, and plan from the request."""
+        called = {turn.result.tool for turn in turns if turn.ran and turn.result is not None}
+        if not called:
+            return
+        calls = self.services.read_calls(self.trace_id)
+        for spiral in find_trace_spirals(calls, self.services.spiral_rule):
+            key = (spiral.tool_name, spiral.first_span_id)
+            if key in self.handled_spirals or spiral.resolution == RECOVERED:
+                continue
+            self.handled_spirals.add(key)
+            if spiral.tool_name not in called:
+                continue  # from before this task's turn: not ours to break
+            last = next(
+                t for t in reversed(turns) if t.result and t.result.tool == spiral.tool_name
+            )
+            why = (
+                f"stopped by the spiral breaker: {spiral.attempts} calls of {spiral.tool_name} "
+                + (f"failed alike ({spiral.error_kind})" if spiral.kind == FAILING
+                   else "had identical arguments")
+            )  # fmt: skip
+            if spiral.kind == FAILING:
+                self.blocked_tools[spiral.tool_name] = why
+            else:
+                self.blocked_calls[
+                    (spiral.tool_name, arguments_fingerprint(last.call.arguments))
+                ] = why
+            outcome = self.services.plan_without(spiral.tool_name, self.request, self.context)
+            if any(result.tool for result in outcome.results):
+                self.services.spiral_resolved(self.trace_id)
+            resolution = self._resolution_now(key, spiral.resolution)
+            self.emit(Spiral(spiral.tool_name, spiral.kind, spiral.attempts, spiral.error_kind,
+                             resolution))  # fmt: skip
+            self.emit(Fallback("spiral", spiral.tool_name, outcome.path, list(outcome.warnings)))
+            last.notes.append(self._planner_result(last.call, outcome, why).text)
+
+    def _resolution_now(self, key: tuple[str, str], before: str) -> str:
+        """Return how the spiral stands now, read again under the same rule."""
+        calls = self.services.read_calls(self.trace_id)
+        for spiral in find_trace_spirals(calls, self.services.spiral_rule):
+            if (spiral.tool_name, spiral.first_span_id) == key:
+                return spiral.resolution
+        return before
+
+    # Tool messages -----------------------------------------------------------------------
+
+    def _answer(self, turn: _Turn) -> None:
+        """Append the tool message for one call, in call order, held to the budget."""
+        result = turn.result
+        if turn.notes:
+            result = dataclasses.replace(result, text="\n".join([result.text, *turn.notes]))
+        text, cut = self.budget.fit(result)
+        self.history.append(
+            Message("tool", text, tool_call_id=turn.call.id, name=turn.call.name,
+                    is_error=not result.success)
+        )  # fmt: skip
+        if turn.path == PATH_PLANNER:
+            return  # its planner calls were emitted and recorded as they came
+        error_kind = str(result.error.kind) if result.error else ""
+        self.emit(ToolFinished(turn.call.id, result.tool, turn.path, result.success, error_kind,
+                               text, result.metadata.get("latency_ms", 0.0), estimate_tokens(text),
+                               cut, turn.ran))  # fmt: skip
+        self.records.append(_record(result, turn.call, turn.path, turn.ran))
+
+    def _path_of(self, spec: ToolSpec | None) -> int:
+        return PATH_MCP if spec is not None and spec.ran_on.startswith("mcp:") else PATH_LLM
+
+    # The end -----------------------------------------------------------------------------
+
+    def _what_we_have(self) -> str:
+        """Return the tool results of the task as the answer, when the model gave none."""
+        results = [m.content for m in self.history if m.role == "tool"]
+        if not results:
+            return "The model gave no answer."
+        return "The model gave no answer. The tool results were:\n" + "\n".join(results)
+
+    def _finish(self, content: str, reason: str, iterations: int) -> LoopResult:
+        tokens = {
+            "schema_tokens": self.schema_tokens_sent,
+            "tool_output_tokens": self.budget.tool_tokens,
+            "model_input_tokens": self.usage.input_tokens,
+            "model_output_tokens": self.usage.output_tokens,
+        }
+        self._record_agent(content, reason, iterations, tokens)
+        self.emit(Final(content, reason, self.trace_id, iterations,
+                        self.usage.input_tokens, self.usage.output_tokens))  # fmt: skip
+        return LoopResult(content, reason, self.trace_id, iterations, self.usage, tokens,
+                          self.history, self.records, self.events, self.error)  # fmt: skip
+
+    def emit(self, event: LoopEvent) -> None:
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    # Records -----------------------------------------------------------------------------
+
+    def _span(self, kind: str, started_at: datetime, latency_ms: float) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "span_id": secrets.token_hex(8),
+            "parent_span_id": self.root_span_id,
+            "kind": kind,
+            "agent": self.agent.name,
+            "session_id": self.context.session_id,
+            "request_text": self.request,
+            "model": self.model.model[:200],
+            "started_at": started_at,
+            "latency_ms": latency_ms,
+            "status": "ok",
+        }
+
+    def _record_llm(
+        self,
+        iteration: int,
+        started_at: datetime,
+        clock: float,
+        schema_tokens: int,
+        *,
+        reply: LlmReply | None = None,
+        error: LlmError | None = None,
+    ) -> float:
+        latency_ms = (time.perf_counter() - clock) * 1000
+        span = self._span("llm", started_at, latency_ms)
+        fed = self.budget.tool_tokens
+        span["arguments"] = {
+            "iteration": iteration,
+            "messages": len(self.history),
+            "tools": len(self.tools) if schema_tokens else 0,
+            "schema_tokens": schema_tokens,
+            "tool_output_tokens": fed,
+        }
+        if reply is not None:
+            usage = reply.usage
+            span["model"] = (reply.model or self.model.model)[:200]
+            span.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+            span["arguments"]["conversation_tokens"] = max(
+                0, usage.input_tokens - schema_tokens - fed
+            )
+            span["arguments"]["usage_estimated"] = usage.estimated
+            span["result"] = {
+                "content": reply.content,
+                "tool_calls": [_call_dict(call) for call in reply.tool_calls],
+                "finish_reason": reply.finish_reason,
+            }
+        else:
+            kind = "tools_not_supported" if isinstance(error, ToolsNotSupported) else "llm_error"
+            span.update(status="error", error_kind=kind, error_message=str(error))
+        self._store([span])
+        return latency_ms
+
+    def _record_agent(self, content: str, reason: str, iterations: int, tokens: dict) -> None:
+        latency_ms = (time.perf_counter() - self.clock) * 1000
+        span = self._span("agent", self.started_at, latency_ms)
+        span.update(span_id=self.root_span_id, parent_span_id=None)
+        span["arguments"] = {"tools": list(self.agent.tools), "discovery": self.agent.discovery,
+                             "max_iterations": self.agent.max_iterations}  # fmt: skip
+        span["result"] = {
+            "answer": content,
+            "finish_reason": reason,
+            "iterations": iterations,
+            **tokens,
+            "budget_tokens": self.budget.max_tokens,
+            "tool_output_cap_tokens": self.budget.tool_cap,
+        }
+        if reason == "error":
+            span.update(status="error", error_kind="llm_error", error_message=self.error)
+        self._store([span])
+
+    def _store(self, spans: list[dict[str, Any]]) -> None:
+        try:
+            self.services.record(spans)
+        except Exception:  # a lost record must not lose the user's answer
+            logger.exception("could not record %d agent span(s)", len(spans))
+
+
+def _with_system_prompt(prompt: str, messages: list[Message]) -> list[Message]:
+    """Return the messages behind one system message: the agent's prompt, then the caller's.
+
+    One, and first: several chat templates (llama.cpp, vLLM) refuse any other place.
+    """
+    parts = [prompt] + [m.content for m in messages if m.role == "system"]
+    system = "\n\n".join(part for part in parts if part)
+    rest = [m for m in messages if m.role != "system"]
+    return [Message("system", system), *rest] if system else rest
+
+
+def _call_dict(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}
+
+
+def _record(result: ToolResult, call: ToolCall | None, path: int, ran: bool) -> dict[str, Any]:
+    return {
+        "call_id": result.call_id,
+        "tool": result.tool,
+        "arguments": call.arguments if call else None,
+        "success": result.success,
+        "error_kind": str(result.error.kind) if result.error else "",
+        "path": path,
+        "ran": ran,
+        "latency_ms": result.metadata.get("latency_ms", 0.0),
+    }
