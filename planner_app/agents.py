@@ -46,6 +46,10 @@ def llm_problem(agent: Agent) -> str | None:
     return f"agent {agent.name!r} has no LLM endpoint ({' or '.join(missing)}): {HOW_TO_CONFIGURE}"
 
 
+def model_name(agent: Agent) -> str:
+    return agent.model or settings.ARES_LLM_MODEL
+
+
 def chat_model(agent: Agent) -> OpenAICompatibleModel:
     """Return the agent's model at its endpoint; LlmNotConfigured says how to set one."""
     problem = llm_problem(agent)
@@ -53,7 +57,7 @@ def chat_model(agent: Agent) -> OpenAICompatibleModel:
         raise LlmNotConfigured(problem)
     return OpenAICompatibleModel(
         agent.base_url or settings.ARES_LLM_BASE_URL,
-        agent.model or settings.ARES_LLM_MODEL,
+        model_name(agent),
         agent.resolved_api_key() if agent.api_key else settings.ARES_LLM_API_KEY,
         timeout_s=settings.ARES_LLM_TIMEOUT_S,
         stream=settings.ARES_LLM_STREAM,

@@ -1,13 +1,17 @@
-"""REST endpoints of the planner: plan a request, and execute through the Bridge."""
+"""REST endpoints of the planner: plan a request, execute through the Bridge, chat with agents."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Field, Router, Schema, Status
+from ninja.errors import HttpError
+from pydantic import field_validator
 
-from planner_app import bridge
+from planner_app import agents, bridge
+from planner_app.llm.messages import LlmNotConfigured, Message
+from planner_app.models import Agent
 from planner_app.services import plan_request
 from tools_app.engine import CallContext
 from traces_app.auth import ApiKeyAuth
@@ -54,3 +58,100 @@ def execute_through_bridge(request: HttpRequest, payload: ExecuteIn) -> dict[str
         fallback=payload.fallback,
     )
     return outcome.as_dict()
+
+
+class ChatMessageIn(Schema):
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(max_length=100_000)
+
+
+class ChatIn(Schema):
+    agent: str = Field(min_length=1, max_length=100, description="The agent's name")
+    messages: list[ChatMessageIn] = Field(
+        min_length=1, max_length=200, description="The conversation so far, ending with the user"
+    )
+    tool_choice: Literal["auto", "required", "none"] = Field(
+        default="auto",
+        description="required: the first reply must call a tool (or the planner acts)",
+    )
+    trace_id: str | None = Field(default=None, pattern=TRACE_ID_PATTERN)
+    session_id: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
+
+    @field_validator("messages")
+    @classmethod
+    def _ends_with_the_user(cls, messages: list[ChatMessageIn]) -> list[ChatMessageIn]:
+        if messages[-1].role != "user" or not messages[-1].content.strip():
+            raise ValueError("the last message must be the user's, with some text")
+        return messages
+
+
+class TokensOut(Schema):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    schema_tokens: int = Field(description="Of the input: tool definitions sent to the model")
+    tool_output_tokens: int = Field(description="Tool output fed back to the model")
+
+
+class ChatOut(Schema):
+    content: str
+    finish_reason: str = Field(description="stop, max_iterations, budget")
+    agent: str
+    model: str
+    trace_id: str
+    iterations: int
+    tokens_used: TokensOut
+    tool_calls: list[dict[str, Any]]
+
+
+class ChatFailedOut(Schema):
+    detail: str
+    trace_id: str
+
+
+@router.post(
+    "/chat",
+    auth=ApiKeyAuth("chat"),
+    response={200: ChatOut, 502: ChatFailedOut},
+    summary="Send a conversation to an agent; get its answer, the trace and the tokens used",
+)
+def chat_with_agent(request: HttpRequest, payload: ChatIn) -> Status:
+    """Run the agent's loop (Path 1) on the conversation and return its final answer."""
+    agent = Agent.objects.filter(name=payload.agent).first()
+    if agent is None:
+        known = ", ".join(Agent.objects.values_list("name", flat=True)[:50]) or "none yet"
+        raise HttpError(404, f"no agent named {payload.agent!r}; known: {known}")
+    messages = [Message(m.role, m.content) for m in payload.messages]
+    try:
+        result = agents.run_agent(
+            agent,
+            messages,
+            trace_id=payload.trace_id.lower() if payload.trace_id else None,
+            session_id=payload.session_id,
+            tool_choice=payload.tool_choice,
+        )
+    except LlmNotConfigured as exc:
+        raise HttpError(503, str(exc)) from None
+    if result.finish_reason == "error":
+        detail = f"the LLM endpoint failed: {result.error}"
+        return Status(502, {"detail": detail, "trace_id": result.trace_id})
+    usage = result.usage
+    return Status(
+        200,
+        {
+            "content": result.content,
+            "finish_reason": result.finish_reason,
+            "agent": agent.name,
+            "model": agents.model_name(agent),
+            "trace_id": result.trace_id,
+            "iterations": result.iterations,
+            "tokens_used": {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "total_tokens": usage.total,
+                "schema_tokens": result.tokens["schema_tokens"],
+                "tool_output_tokens": result.tokens["tool_output_tokens"],
+            },
+            "tool_calls": result.tool_calls,
+        },
+    )
