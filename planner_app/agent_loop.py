@@ -16,6 +16,10 @@ runs the same in a web request, a Celery task or a test. What can go wrong is ca
 - at the iteration limit (or a spent budget) one last call without tools asks for an
   answer from what the model has.
 
+In active discovery mode the model starts with no tools and asks for them in
+`<tool_request>` blocks (planner_app.discovery reads them and routes them); the tools
+found, among those the agent may call, are offered from the next call on.
+
 Every step is an event (`on_event`), typed and JSON-ready, for a page to stream.
 """
 
@@ -31,6 +35,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from planner_app.discovery.requests import (
+    MAX_TOOL_REQUESTS,
+    ToolRequestError,
+    TooManyToolRequests,
+    parse_tool_requests,
+)
 from planner_app.llm.client import ChatModel
 from planner_app.llm.messages import LlmError, LlmReply, Message, ToolsNotSupported, Usage
 from planner_app.token_budget import TokenBudget
@@ -51,6 +61,13 @@ FINAL_PROMPT = (
     "No more tool calls for this task ({reason}). Answer the user's request now from the "
     "information above; if something is missing, say what."
 )
+ACTIVE_PROMPT = f"""You start with no tools. When you need one, ask for it in your reply,
+one block per tool, and the tools found are given to you to call:
+<tool_request>
+server: <what kind of service would have it>
+tool: <what the tool should do>
+</tool_request>
+At most {MAX_TOOL_REQUESTS} requests per task."""
 PATH_LLM, PATH_PLANNER, PATH_WORKFLOW, PATH_MCP = 1, 2, 3, 4
 
 
@@ -149,6 +166,14 @@ class Spiral(LoopEvent):
 
 
 @dataclass(frozen=True)
+class ToolsDiscovered(LoopEvent):
+    type: ClassVar[str] = "tools_discovered"
+    requests: list[dict[str, str]]
+    loaded: list[str]  # new this time
+    offered: list[str]  # every tool the model may call now
+
+
+@dataclass(frozen=True)
 class Notice(LoopEvent):
     type: ClassVar[str] = "notice"
     message: str
@@ -158,7 +183,7 @@ class Notice(LoopEvent):
 class Final(LoopEvent):
     type: ClassVar[str] = "final"
     content: str
-    finish_reason: str  # stop, max_iterations, budget, error
+    finish_reason: str  # stop, max_iterations, budget, discovery_exhausted, error
     trace_id: str
     iterations: int
     input_tokens: int
@@ -179,8 +204,8 @@ class LoopServices:
     record: Callable[[list[dict[str, Any]]], None]
     spiral_rule: SpiralRule = SpiralRule()
     spiral_resolved: Callable[[str], None] = lambda trace_id: None
-    # Active discovery: (agent, request, allowed specs) -> the specs to show. None: passive.
-    select_tools: Callable[[AgentSpec, str, list[ToolSpec]], list[ToolSpec]] | None = None
+    # Active discovery: (what the tool should do, which server) -> tool names, best first.
+    discover: Callable[[str, str], list[str]] | None = None
 
 
 @dataclass
@@ -249,6 +274,10 @@ class _Task:
         self.blocked_calls: dict[tuple[str, str], str] = {}  # (tool, arguments) -> why (a loop)
         self.side_effects: dict[tuple[str, str], str] = {}  # (tool, arguments) -> call id
         self.planned_for_request = False
+        self.active = False
+        self.tool_requests = 0
+        self.passive_per_call = 0  # the allowed tools' schema tokens
+        self.passive_schema_tokens = 0  # what passive mode would have sent, for comparison
         self.error = ""
         self.context = CallContext(
             trace_id=trace_id,
@@ -266,8 +295,11 @@ class _Task:
         self.started_at, self.clock = datetime.now(UTC), time.perf_counter()
         self.request = next((m.content for m in reversed(messages) if m.role == "user"), "")
         self.context = dataclasses.replace(self.context, request_text=self.request)
-        self.history = _with_system_prompt(self.agent.system_prompt, messages)
         self.tools = self._tools_to_show()
+        prompt = self.agent.system_prompt
+        if self.active:
+            prompt = f"{prompt}\n\n{ACTIVE_PROMPT}" if prompt else ACTIVE_PROMPT
+        self.history = _with_system_prompt(prompt, messages)
         self.emit(Started(self.trace_id, self.agent.name, self.model.model,
                           [spec.name for spec in self.tools], self._schema_tokens()))  # fmt: skip
         reason, iteration = "max_iterations", 0
@@ -282,8 +314,14 @@ class _Task:
                 return self._finish("", "error", iteration)
             calls = reply.tool_calls if self.tools else []  # none offered: text is the answer
             self.history.append(Message("assistant", reply.content, tuple(calls)))
+            discovery = self._discover(reply.content) if self.active and not calls else ""
             if calls:
                 self._run_turn(calls)
+            elif discovery == "exhausted":
+                reason = "discovery_exhausted"
+                break
+            elif discovery == "served":
+                continue
             elif self._should_have_acted(reply, choice):
                 self._plan_for_request("no_tool_call")
             else:
@@ -300,12 +338,54 @@ class _Task:
         if not self.agent.tool_calling or not self.agent.tools:
             return []
         allowed = self.engine.registry.list(names=self.agent.tools)
+        self.passive_per_call = _schema_tokens(allowed)
         if self.agent.discovery != "active":
             return allowed
-        if self.services.select_tools is None:
+        if self.services.discover is None:
             self.emit(Notice("active discovery is not available here: showing every allowed tool"))
             return allowed
-        return self.services.select_tools(self.agent, self.request, allowed)
+        self.active = True
+        return []
+
+    def _discover(self, text: str) -> str:
+        """Serve the reply's tool requests; return served, exhausted or "" (none asked)."""
+        try:
+            requests = parse_tool_requests(text, already_made=self.tool_requests)
+            over = ""
+        except TooManyToolRequests as exc:
+            requests, over = exc.allowed, str(exc)
+            if not requests:
+                return "exhausted"
+        except ToolRequestError as exc:
+            self.history.append(Message("user", f"Your tool request could not be read: {exc}"))
+            return "served"
+        if not requests:
+            return ""
+        self.tool_requests += len(requests)
+        offered = {spec.name for spec in self.tools}
+        new: list[ToolSpec] = []
+        for request in requests:
+            for name in self.services.discover(request.tool, request.server):
+                if (
+                    name in self.agent.tools
+                    and name not in offered
+                    and name in self.engine.registry
+                ):
+                    new.append(self.engine.registry.get(name))
+                    offered.add(name)
+        self.tools = [*self.tools, *new]
+        if new:
+            listing = "; ".join(f"{spec.llm_name}: {spec.description}" for spec in new)
+            note = f"Tools discovered and loaded ({len(new)} new): {listing}. Call them as tools."
+        else:
+            asked = "; ".join(request.tool for request in requests)
+            note = f"No tools found for: {asked}. Ask in other words, or answer without."
+        if over:
+            note += f" ({over})"
+        self.history.append(Message("user", note))
+        self.emit(ToolsDiscovered([dataclasses.asdict(r) for r in requests],
+                                  [spec.name for spec in new], sorted(offered)))  # fmt: skip
+        return "served"
 
     def _should_have_acted(self, reply: LlmReply, choice: str) -> bool:
         """Return whether a reply without tool calls should go to the planner instead."""
@@ -335,6 +415,8 @@ class _Task:
         reply.usage = usage
         self.usage += usage
         self.schema_tokens_sent += schema_tokens
+        if tools or (self.active and choice != "none"):
+            self.passive_schema_tokens += self.passive_per_call
         self.budget.record_call(usage.input_tokens, usage.output_tokens)
         latency_ms = self._record_llm(iteration, started_at, clock, schema_tokens, reply=reply)
         self.emit(ModelTurn(iteration, reply.content, [_call_dict(c) for c in reply.tool_calls],
@@ -351,8 +433,7 @@ class _Task:
         return Usage(sent, answer, estimated=True)
 
     def _schema_tokens(self) -> int:
-        definitions = [spec.openai_definition() for spec in self.tools]
-        return estimate_tokens(json.dumps(definitions)) if definitions else 0
+        return _schema_tokens(self.tools)
 
     # One turn of tool calls --------------------------------------------------------------
 
@@ -535,6 +616,8 @@ class _Task:
     def _finish(self, content: str, reason: str, iterations: int) -> LoopResult:
         tokens = {
             "schema_tokens": self.schema_tokens_sent,
+            "passive_schema_tokens": self.passive_schema_tokens,
+            "tool_requests": self.tool_requests,
             "tool_output_tokens": self.budget.tool_tokens,
             "model_input_tokens": self.usage.input_tokens,
             "model_output_tokens": self.usage.output_tokens,
@@ -640,6 +723,12 @@ def _with_system_prompt(prompt: str, messages: list[Message]) -> list[Message]:
     system = "\n\n".join(part for part in parts if part)
     rest = [m for m in messages if m.role != "system"]
     return [Message("system", system), *rest] if system else rest
+
+
+def _schema_tokens(tools: Sequence[ToolSpec]) -> int:
+    """Return the tokens the tools' definitions take in a request."""
+    definitions = [spec.openai_definition() for spec in tools]
+    return estimate_tokens(json.dumps(definitions)) if definitions else 0
 
 
 def _call_dict(call: ToolCall) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from django.db import transaction
 
 from planner_app import bridge
 from planner_app.agent_loop import AgentSpec, LoopEvent, LoopResult, LoopServices, run_agent_loop
+from planner_app.discovery.registry import get_router
 from planner_app.llm.client import OpenAICompatibleModel
 from planner_app.llm.messages import LlmNotConfigured, Message
 from planner_app.models import Agent
@@ -81,11 +82,7 @@ def agent_spec(agent: Agent) -> AgentSpec:
 
 
 def site_services() -> LoopServices:
-    """Return the loop's services: this process's engine, the Bridge, traces_app's records.
-
-    Active discovery plugs in as `select_tools` once planner_app.discovery offers it;
-    until then an agent in active mode is shown every allowed tool (and told so).
-    """
+    """Return the loop's services: the engine, the Bridge, records, the discovery router."""
     return LoopServices(
         engine=get_engine(),
         fallback=bridge.execute,
@@ -94,6 +91,7 @@ def site_services() -> LoopServices:
         record=record_spans,
         spiral_rule=spiral_rule(),
         spiral_resolved=_settle_spirals,
+        discover=discover_tools,
     )
 
 
@@ -122,6 +120,11 @@ def run_agent(
 def record_spans(spans: list[dict[str, Any]]) -> None:
     """Store the loop's llm and agent spans through traces_app's one write path."""
     record_invocations([InvocationFromDict.model_validate(span) for span in spans])
+
+
+def discover_tools(tool: str, server: str) -> list[str]:
+    """Return the names of the tools the router finds for one tool request, best first."""
+    return get_router().search(tool, server).tool_names
 
 
 def _settle_spirals(trace_id: str) -> None:

@@ -380,6 +380,47 @@ def test_an_mcp_tool_runs_on_its_server(fake_llm: FakeLlm, settings: Any) -> Non
     assert [e["path"] for e in of_type(events, "tool_started")] == [4]
 
 
+# Active discovery -----------------------------------------------------------------------
+
+REQUEST_CALCULATOR = """I need a tool.
+<tool_request>
+server: math
+tool: evaluate an arithmetic expression
+</tool_request>"""
+
+
+def test_an_active_agent_asks_for_its_tools(fake_llm: FakeLlm) -> None:
+    fake_llm.script(say(REQUEST_CALCULATOR), call("calculator", {"expression": "6*7"}), say("42"))
+    events: list[LoopEvent] = []
+    agent = make_agent(discovery="active", tools=["calculator", "hash_tool", "string_utils"])
+    result = chat(agent, "what is 6*7?", events)
+    first, second = fake_llm.requests[:2]
+    assert "tools" not in first and "<tool_request>" in first["messages"][0]["content"]
+    assert [t["function"]["name"] for t in second["tools"]] == ["calculator"]
+    assert second["messages"][-1]["content"].startswith("Tools discovered and loaded (1 new)")
+    [found] = of_type(events, "tools_discovered")
+    assert found["loaded"] == ["calculator"]
+    assert result.content == "42"
+    assert result.tokens["tool_requests"] == 1
+    assert 0 < result.tokens["schema_tokens"] < result.tokens["passive_schema_tokens"]
+    [agent_span] = spans(result, kind="agent")
+    assert agent_span.result["passive_schema_tokens"] == result.tokens["passive_schema_tokens"]
+
+
+def test_an_active_agent_finds_only_tools_it_may_call(fake_llm: FakeLlm) -> None:
+    fake_llm.script(say(REQUEST_CALCULATOR), say("I have no calculator."))
+    chat(make_agent(discovery="active", tools=["hash_tool"]), "6*7?")
+    assert fake_llm.requests[1]["messages"][-1]["content"].startswith("No tools found for:")
+
+
+def test_when_discovery_runs_out_it_asks_for_a_final_answer(fake_llm: FakeLlm) -> None:
+    five = "\n".join([REQUEST_CALCULATOR] * 5)
+    fake_llm.script(say(five), say(REQUEST_CALCULATOR), say("Best I can say: 42."))
+    result = chat(make_agent(discovery="active"), "6*7?")
+    assert (result.finish_reason, result.content) == ("discovery_exhausted", "Best I can say: 42.")
+    assert "tools" not in fake_llm.requests[2]
+
+
 # Models and endpoints -------------------------------------------------------------------
 
 
