@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from traces_app.auth import ApiKeyAuth, key_or_staff
 from traces_app.bodies import read_json_body
-from traces_app.models import Invocation, OtlpProducer, Trace, tool_stats
+from traces_app.models import Invocation, OtlpProducer, Trace, tool_stats, traces_holding
 from traces_app.paging import BadCursor, aware, keyset_page
 from traces_app.schemas import (
     TRACE_ID_PATTERN,
@@ -172,14 +172,10 @@ class TraceFilter(TimeFilter):
     chosen_by: str | None = Field(None, description="Traces with a span chosen by llm/planner/...")
 
     def filter_tool(self, value: str | None) -> Q:
-        if not value:
-            return Q()
-        return Q(trace_id__in=Invocation.objects.filter(tool_name=value).values("trace_id"))
+        return traces_holding(self.since, tool_name=value) if value else Q()
 
     def filter_chosen_by(self, value: str | None) -> Q:
-        if not value:
-            return Q()
-        return Q(trace_id__in=Invocation.objects.filter(chosen_by=value).values("trace_id"))
+        return traces_holding(self.since, chosen_by=value) if value else Q()
 
 
 class InvocationFilter(TimeFilter):

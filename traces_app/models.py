@@ -566,6 +566,40 @@ class SpanRollup(models.Model):
         return f"{self.kind} {self.agent or '-'} @ {self.bucket_start:%Y-%m-%d %H:00}"
 
 
+# Above this many matching spans in a range, traces holding one are dense enough that
+# walking the newest traces and probing each one's spans finds a page at once; below it,
+# listing the matching spans first is cheaper than probing traces that hold none.
+DENSE_SPANS = 20_000
+
+
+def traces_holding(since: datetime | None = None, **span_fields: str) -> models.Q:
+    """Return a condition on traces: holding a span with these fields (tool_name or chosen_by).
+
+    The hourly rollups tell how many such spans the range holds, which picks the query
+    that stays fast at a million spans: a correlated EXISTS per trace (newest first, stops
+    at a page) when they are many, a trace id list (from the tool index) when they are
+    few. Rollups lag a little behind ingest, which can only pick the slower of two
+    queries that give the same answer.
+    """
+    spans = Invocation.objects.filter(**span_fields)
+    if _span_count_estimate(since, span_fields) >= DENSE_SPANS:
+        return models.Q(models.Exists(spans.filter(trace_id=models.OuterRef("pk"))))
+    if since is not None:
+        spans = spans.filter(started_at__gte=since)
+    return models.Q(pk__in=spans.values("trace_id"))
+
+
+def _span_count_estimate(since: datetime | None, span_fields: dict[str, str]) -> int:
+    """Return the spans with these fields in the rollups' hours since `since` (or in all)."""
+    if set(span_fields) == {"tool_name"}:
+        rollups = ToolRollup.objects.filter(tool_name=span_fields["tool_name"])
+    else:
+        rollups = SpanRollup.objects.filter(**span_fields)
+    if since is not None:
+        rollups = rollups.filter(bucket_start__gte=since.replace(minute=0, second=0, microsecond=0))
+    return rollups.aggregate(calls=models.Sum("calls", default=0))["calls"]
+
+
 def refresh_rollups(since: datetime, until: datetime) -> int:
     """Recount the tool and span rollups of everything received in [since, until]."""
     return ToolRollup.objects.refresh_received(since, until) + SpanRollup.objects.refresh_received(

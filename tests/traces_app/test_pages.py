@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from tests.conftest import make_span
-from traces_app import views
+from traces_app import models, views
 from traces_app.models import ApiKey, FailureSpiral, Invocation, Trace
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
@@ -136,9 +136,21 @@ def test_it_refuses_users_who_are_not_staff(client: Client, django_user_model: A
         pytest.param({"agent": "nobody"}, set(), id="no match"),
     ],
 )
+@pytest.mark.parametrize(
+    "dense_spans",
+    [pytest.param(0, id="probe each trace"), pytest.param(10**9, id="list span traces")],
+)
 def test_it_filters_traces(
-    admin_client: Client, traces: dict[str, str], params: dict, expected: set
+    admin_client: Client,
+    traces: dict[str, str],
+    params: dict,
+    expected: set,
+    dense_spans: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Both ways of finding traces that hold a tool or chooser must agree.
+    monkeypatch.setattr(models, "DENSE_SPANS", dense_spans)
+
     response = admin_client.get("/traces/", params)
 
     assert response.status_code == 200
