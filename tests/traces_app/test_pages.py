@@ -384,3 +384,31 @@ def test_it_shows_a_spiral_whose_spans_were_purged(
 
 def test_it_answers_404_for_an_unknown_spiral(admin_client: Client, db: None) -> None:
     assert admin_client.get("/spirals/999999/").status_code == 404
+
+
+def test_it_links_a_tool_filter_to_the_tool_and_its_spirals(
+    admin_client: Client, traces: dict[str, str]
+) -> None:
+    html = admin_client.get("/traces/", {"tool": "web_search", "range": "6h"}).content.decode()
+
+    assert 'href="/spirals/?range=6h&amp;tool=web_search"' in html
+    assert '<a href="/tools/web_search/">web_search</a>' in html
+
+
+def test_it_links_a_spiral_tool_filter_to_its_traces(
+    admin_client: Client, spiral: FailureSpiral
+) -> None:
+    html = admin_client.get("/spirals/", {"tool": "web_search"}).content.decode()
+
+    assert 'href="/traces/?range=24h&amp;tool=web_search"' in html
+
+
+def test_it_keeps_filters_but_not_the_page_when_the_range_changes(
+    admin_client: Client, traces: dict[str, str]
+) -> None:
+    response = admin_client.get("/traces/", {"agent": "alpha", "after": "abc", "before": "def"})
+
+    picker = re.search(r'<form class="range-picker".*?</form>', response.content.decode(), re.S)
+    assert '<input type="hidden" name="agent" value="alpha">' in picker.group(0)
+    assert 'name="after"' not in picker.group(0)
+    assert 'name="before"' not in picker.group(0)
