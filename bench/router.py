@@ -24,11 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sklearn.feature_extraction.text import TfidfVectorizer
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from figures import percentile  # noqa: E402  (bench/ is the script's own folder)
 
+from planner_app.discovery.backends import TfidfEncoder  # noqa: E402
 from planner_app.discovery.catalogue import (  # noqa: E402
     BenchQuery,
     Server,
@@ -166,6 +169,15 @@ DATASETS: dict[str, Callable[[Path], tuple[dict[str, Any], dict[str, Any]]]] = {
 }
 
 
+class PlainTfidfBackend:
+    """The baseline: scikit-learn's TF-IDF with its own tokenizer and English stop words."""
+
+    name = "plain-tfidf"
+
+    def fit(self, documents: list[str]) -> TfidfEncoder:
+        return TfidfEncoder(TfidfVectorizer(stop_words="english").fit(documents))
+
+
 @dataclass
 class Figures:
     recall_1: float
@@ -224,7 +236,13 @@ def run(
     print("| search | recall@1 | recall@5 | hit@1 | hit@5 | p50 | p95 | CPU p95 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     router.search("warm up")
-    for name, search in (("flat", router.search_flat), ("two-stage", router.search)):
+    baseline = ToolRouter(servers, settings, PlainTfidfBackend())
+    searches = [
+        ("baseline: plain TF-IDF, flat", baseline.search_flat),
+        ("flat", router.search_flat),
+        ("two-stage", router.search),
+    ]
+    for name, search in searches:
         f = measure(lambda text, search=search: search(text, limit=5), queries)
         note = f" ({f.fallbacks} fell back to flat)" if f.fallbacks else ""
         print(

@@ -60,10 +60,11 @@ class TfidfBackend:
     name = "tfidf"
 
     def fit(self, documents: Sequence[str]) -> TfidfEncoder | EmptyEncoder:
-        if not any(analyze(document) for document in documents):
-            return EmptyEncoder()  # scikit-learn refuses to fit an empty vocabulary
         vectorizer = TfidfVectorizer(analyzer=analyze, sublinear_tf=True, dtype=np.float32)
-        return TfidfEncoder(vectorizer.fit(documents))
+        try:
+            return TfidfEncoder(vectorizer.fit(documents))
+        except ValueError:  # "empty vocabulary": not one term in the whole catalogue
+            return EmptyEncoder()
 
 
 class EmptyEncoder:
