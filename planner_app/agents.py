@@ -15,7 +15,6 @@ from django.db import transaction
 
 from planner_app import bridge
 from planner_app.agent_loop import AgentSpec, LoopEvent, LoopResult, LoopServices, run_agent_loop
-from planner_app.discovery.registry import get_router
 from planner_app.llm.client import OpenAICompatibleModel
 from planner_app.llm.messages import LlmNotConfigured, Message
 from planner_app.models import Agent
@@ -124,6 +123,9 @@ def record_spans(spans: list[dict[str, Any]]) -> None:
 
 def discover_tools(tool: str, server: str) -> list[str]:
     """Return the names of the tools the router finds for one tool request, best first."""
+    # Imported here: the router loads scikit-learn (~90 MB), only active-mode agents need it.
+    from planner_app.discovery.registry import get_router
+
     return get_router().search(tool, server).tool_names
 
 

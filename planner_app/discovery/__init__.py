@@ -12,7 +12,19 @@ from planner_app.discovery.requests import (
     TooManyToolRequests,
     parse_tool_requests,
 )
-from planner_app.discovery.router import RouteMode, RouterSettings, Routing, ToolMatch, ToolRouter
+
+# The router needs numpy, SciPy and scikit-learn (~90 MB a process): it is imported on
+# first use, so web and worker processes that never route a tool request don't pay for it.
+_ROUTER_NAMES = {"RouteMode", "RouterSettings", "Routing", "ToolMatch", "ToolRouter"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _ROUTER_NAMES:
+        from planner_app.discovery import router
+
+        return getattr(router, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "MAX_TOOL_REQUESTS",
