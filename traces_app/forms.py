@@ -5,8 +5,6 @@ A bad value never fails a page: the form reports it, and the valid filters still
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import forms
 from django.db.models import QuerySet
 
@@ -30,13 +28,9 @@ class TraceFilterForm(forms.Form):
         The REST API's TraceFilter does the work, so the page and GET /api/v1/traces
         agree on what every filter means.
         """
-        values = {name: value or None for name, value in self.valid_values().items()}
-        return TraceFilter(since=time_range.since, until=time_range.until, **values).filter(traces)
-
-    def valid_values(self) -> dict[str, Any]:
-        """Return the fields that validated (all of them, for a valid form)."""
         self.is_valid()
-        return {name: value for name, value in self.cleaned_data.items() if value}
+        values = {name: value for name, value in self.cleaned_data.items() if value}
+        return TraceFilter(since=time_range.since, until=time_range.until, **values).filter(traces)
 
 
 class SpiralFilterForm(forms.Form):

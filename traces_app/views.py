@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
@@ -87,7 +86,7 @@ def spiral_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "traces_app/spiral_detail.html", context)
 
 
-def _page(queryset: Any, params: Any) -> tuple[KeysetPage, list[str]]:
+def _page(queryset: QuerySet, params: QueryDict) -> tuple[KeysetPage, list[str]]:
     """Return the page the query string's cursor asks for; the first one for a bad cursor."""
     try:
         return keyset_page(
@@ -105,7 +104,7 @@ def _without_cursor(request: HttpRequest) -> str:
     return params.urlencode()
 
 
-def _known(model: type, field: str, time_range: TimeRange) -> list[str]:
+def _known(model: type[Model], field: str, time_range: TimeRange) -> list[str]:
     """Return the distinct values of a rollup field in a range, for a filter's suggestions.
 
     Read from the hourly rollups, which stay small whatever the number of raw spans.
