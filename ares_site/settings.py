@@ -219,6 +219,12 @@ ARES_LLM_TOKEN_BUDGET = env_int("ARES_LLM_TOKEN_BUDGET", 8000, minimum=500)
 ARES_LLM_TOOL_OUTPUT_PERCENT = env_int("ARES_LLM_TOOL_OUTPUT_PERCENT", 30, minimum=1)
 if ARES_LLM_TOOL_OUTPUT_PERCENT > 90:
     raise ImproperlyConfigured("ARES_LLM_TOOL_OUTPUT_PERCENT must be at most 90")
+# Plan-execute-replan: new plans the model may draft after the first, per task.
+ARES_REPLAN_MAX = env_int("ARES_REPLAN_MAX", 2, minimum=0)
+# The sandbox chat streams a task for at most this many seconds, then links its trace.
+# Keep it under gunicorn's worker timeout (ares_site/gunicorn.conf.py), as a sync worker
+# streaming longer is killed.
+ARES_SANDBOX_TIMEOUT_S = env_int("ARES_SANDBOX_TIMEOUT_S", 110, minimum=5)
 
 # Raw spans older than this many days are purged daily; hourly tool rollups are kept.
 ARES_RETENTION_DAYS = env_int("ARES_RETENTION_DAYS", 30, minimum=1)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
@@ -12,11 +14,48 @@ from django.utils import timezone
 
 from planner_app import bridge
 from planner_app.models import Workflow, WorkflowRun
-from planner_app.workflows import WorkflowStep, run_workflow
+from planner_app.workflows import RunStep, WorkflowStep, run_workflow
 from tools_app.engine import CallContext
 from tools_app.specs import ToolResult
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StepWatch:
+    """Callbacks around each step's call through the Bridge, for a page that shows a run live.
+
+    Both are called in the executor's event loop thread: keep them quick (a queue put).
+    """
+
+    started: Callable[[WorkflowStep, dict[str, Any]], None]
+    finished: Callable[[WorkflowStep, dict[str, Any], bridge.BridgeResult], None]
+
+
+def bridge_step_runner(context: CallContext, watch: StepWatch | None = None) -> RunStep:
+    """Return a workflow executor's run_step that makes each call through the Bridge.
+
+    The Bridge is synchronous, so a call runs in a worker thread; a missing or failing
+    tool falls back to the planner with the step's own request.
+    """
+
+    async def run_step(step: WorkflowStep, arguments: dict[str, Any]) -> ToolResult:
+        if watch is not None:
+            watch.started(step, arguments)
+        outcome = await asyncio.to_thread(
+            call_in_thread, bridge.execute, step.tool, arguments, step.request, context,
+            call_id=step.id, fallback=bool(step.request),
+        )  # fmt: skip
+        if watch is not None:
+            watch.finished(step, arguments, outcome)
+        result = outcome.results[-1]
+        if not outcome.success and len(outcome.results) > 1:
+            # The planner could not stand in either: keep the step's own failure in view.
+            text = "\n".join(earlier.text for earlier in outcome.results if earlier.text)
+            result = dataclasses.replace(result, text=text)
+        return result
+
+    return run_step
 
 
 def start_run(workflow: Workflow, *, background: bool) -> WorkflowRun:
@@ -32,7 +71,7 @@ def start_run(workflow: Workflow, *, background: bool) -> WorkflowRun:
     return run
 
 
-def execute_run(run_pk: int) -> None:
+def execute_run(run_pk: int, watch: StepWatch | None = None) -> None:
     """Run a saved workflow and save its progress after every step."""
     run = WorkflowRun.objects.select_related("workflow").get(pk=run_pk)
     workflow = run.workflow.as_workflow()
@@ -45,18 +84,10 @@ def execute_run(run_pk: int) -> None:
     run.status, run.started_at = WorkflowRun.Status.RUNNING, timezone.now()
     run.save(update_fields=["status", "started_at"])
 
-    async def run_step(step: WorkflowStep, arguments: dict[str, Any]) -> ToolResult:
-        # The Bridge is synchronous; a missing or failing tool falls back to the planner
-        # with the step's own request.
-        outcome = await asyncio.to_thread(
-            _in_thread, bridge.execute, step.tool, arguments, step.request, context,
-            call_id=step.id, fallback=bool(step.request),
-        )  # fmt: skip
-        return outcome.results[-1]
-
     async def save_progress(progress: Any) -> None:
-        await asyncio.to_thread(_in_thread, _save_progress, run.pk, progress.as_dict())
+        await asyncio.to_thread(call_in_thread, _save_progress, run.pk, progress.as_dict())
 
+    run_step = bridge_step_runner(context, watch)
     result = asyncio.run(run_workflow(workflow, run_step, registry=None, on_progress=save_progress))
     WorkflowRun.objects.filter(pk=run.pk).update(
         status=str(result.status),
@@ -70,7 +101,7 @@ def _save_progress(run_pk: int, progress: dict[str, Any]) -> None:
     WorkflowRun.objects.filter(pk=run_pk).update(progress=progress)
 
 
-def _in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def call_in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call function in a worker thread, closing the thread's database connection after."""
     try:
         return function(*args, **kwargs)
