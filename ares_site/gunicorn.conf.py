@@ -8,6 +8,9 @@ import os
 # 2 workers 9,000 spans/s at 204 MB, 3 workers 8,600 spans/s at 294 MB).
 workers = int(os.environ.get("GUNICORN_WORKERS", len(os.sched_getaffinity(0))))
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+# Seconds a request may take before its sync worker is restarted: above the sandbox
+# chat's stream (ARES_SANDBOX_TIMEOUT_S, 110 s by default), which holds a worker that long.
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", 120))
 # One fixed socket path per user would clash between servers on one machine.
 control_socket_disable = True
 

@@ -3,6 +3,7 @@ from django.urls import include, path
 
 from ares_site import views
 from ares_site.api import api
+from planner_app import views as planner_views
 from traces_app import otlp_views
 
 admin.site.site_header = "ARES Console"
@@ -16,6 +17,8 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("v1/traces", otlp_views.export_traces, name="otlp-traces"),  # the OTLP/HTTP standard path
     path("planner/", include("planner_app.urls")),
+    path("sandbox/", planner_views.sandbox_page, name="sandbox"),
+    path("sandbox/run", planner_views.sandbox_run, name="sandbox-run"),
     path("", include("traces_app.urls")),
     path("", include("planner_app.dashboard_urls")),
 ]

@@ -151,15 +151,15 @@ def watch_steps(emit: Callable[[LoopEvent], None]) -> StepWatch:
     def finished(step: WorkflowStep, arguments: dict[str, Any], outcome: BridgeResult) -> None:
         results = list(outcome.results)
         if outcome.path in ("direct", "error"):
-            emit(_finished(step.id, results[0], path_of(step.tool), tool=step.tool))
+            emit(finished_event(step.id, results[0], path_of(step.tool), tool=step.tool))
             return
         if outcome.path == "fallback":
-            emit(_finished(step.id, results.pop(0), path_of(step.tool)))
+            emit(finished_event(step.id, results.pop(0), path_of(step.tool)))
             reason = "step_failed"
         else:  # the Bridge found no such tool and planned from the step's reason
             warning = outcome.warnings[0] if outcome.warnings else f"no tool named {step.tool!r}"
             missing = ToolResult(step.id, step.tool, False, text=warning)
-            emit(_finished(step.id, missing, path_of(step.tool), error_kind="not_found"))
+            emit(finished_event(step.id, missing, path_of(step.tool), error_kind="not_found"))
             reason = "unknown_tool"
         emit(Fallback(reason, step.tool, outcome.path, list(outcome.warnings)))
         for result in results:
@@ -167,12 +167,12 @@ def watch_steps(emit: Callable[[LoopEvent], None]) -> StepWatch:
                 emit(Notice(result.text or "the planner found no tool"))
                 continue
             emit(ToolStarted(result.call_id, result.tool, None, PATH_PLANNER))
-            emit(_finished(result.call_id, result, PATH_PLANNER))
+            emit(finished_event(result.call_id, result, PATH_PLANNER))
 
     return StepWatch(started, finished)
 
 
-def _finished(
+def finished_event(
     call_id: str, result: ToolResult, path: int, *, tool: str = "", error_kind: str = ""
 ) -> ToolFinished:
     """Return the tool_finished event of one result (`tool` names it when the result does not)."""

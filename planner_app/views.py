@@ -1,17 +1,21 @@
-"""The planner's pages: try a request (see the plan explained, run it) and backtest rules."""
+"""The planner's pages: try a request (see the plan explained, run it), backtest rules, and
+the sandbox chat."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from planner_app import backtest, bridge
-from planner_app.models import RuleSetVersion
+from planner_app import backtest, bridge, sandbox
+from planner_app.agents import HOW_TO_CONFIGURE
+from planner_app.forms import SandboxForm
+from planner_app.models import Agent, RuleSetVersion, Workflow
 from planner_app.pipeline.planner import Plan
 from planner_app.pipeline.ruleset import RuleSet
 from planner_app.services import plan_request, recent_evidence
@@ -151,3 +155,40 @@ def _other_ruleset(draft: str, version: str) -> tuple[RuleSet | None, str, str]:
         return backtest.version_ruleset(number), f"v{number}", ""
     except (ValueError, RuleSetVersion.DoesNotExist):
         return None, "", "Choose a recorded version, or paste a draft."
+
+
+@staff_member_required
+@require_GET
+def sandbox_page(request: HttpRequest) -> HttpResponse:
+    """Show the sandbox chat: agents (and whether each has an LLM), paths, workflows."""
+    agents = [
+        {"agent": agent, "has_llm": sandbox.llm_problem_of(agent) is None}
+        for agent in Agent.objects.order_by("name")
+    ]
+    site_problem = sandbox.llm_problem_of(None)
+    context = {
+        "agents": agents,
+        "site_has_llm": site_problem is None,
+        "how_to_configure": HOW_TO_CONFIGURE,
+        "modes": sandbox.MODES.items(),
+        "llm_modes": sandbox.LLM_MODES,
+        "workflows": Workflow.objects.order_by("name").only("name", "description"),
+        "max_chars": SandboxForm.base_fields["message"].max_length,
+    }
+    return render(request, "planner_app/sandbox.html", context)
+
+
+@staff_member_required
+@require_POST
+def sandbox_run(request: HttpRequest) -> HttpResponse:
+    """Start a sandbox task and stream its events (text/event-stream); bad input is a 400."""
+    form = SandboxForm(request.POST)
+    if not form.is_valid():
+        return JsonResponse(
+            {"error": form.first_error(), "fields": form.errors.get_json_data()}, status=400
+        )
+    events = sandbox.stream_events(form.task(), settings.ARES_SANDBOX_TIMEOUT_S)
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass each event on as it comes
+    return response

@@ -1,0 +1,274 @@
+// The sandbox chat: post the form, read the server-sent events of the answer as they come,
+// and show each step. Everything from the server goes in as text (textContent), never HTML.
+(function () {
+  "use strict";
+
+  const PATHS = { 1: "1 LLM", 2: "2 planner", 3: "3 workflow", 4: "4 MCP" };
+  const form = document.getElementById("sandbox-form");
+  const agentSelect = document.getElementById("id_agent");
+  const modeSelect = document.getElementById("id_mode");
+  const workflowField = document.getElementById("workflow-field");
+  const transcript = document.getElementById("transcript");
+  const formError = document.getElementById("form-error");
+  const runState = document.getElementById("run-state");
+  const sendButton = document.getElementById("send-button");
+  const answerBox = document.getElementById("answer-box");
+  let pending = new Map(); // call id -> the entry of a tool call still running
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function pretty(value) {
+    if (typeof value === "string") return value;
+    return JSON.stringify(value, null, 2);
+  }
+
+  function badge(path) {
+    const node = el("span", "badge path-" + path, PATHS[path] || "path " + path);
+    node.dataset.path = String(path);
+    return node;
+  }
+
+  function facts(parts) {
+    return el("span", "facts", parts.filter(Boolean).join(" · "));
+  }
+
+  function entry(type, title) {
+    const item = el("li", "step step-" + type);
+    item.dataset.type = type;
+    const head = el("div", "step-head");
+    head.append(el("strong", "", title));
+    item.append(head);
+    transcript.append(item);
+    item.scrollIntoView({ block: "nearest" });
+    return item;
+  }
+
+  function payload(item, label, value) {
+    if (value === undefined || value === null || value === "") return;
+    item.append(el("div", "step-label", label), el("pre", "payload", pretty(value)));
+  }
+
+  function traceLink(event) {
+    if (!event.trace_url) return;
+    const link = document.getElementById("trace-link");
+    link.href = event.trace_url;
+    link.textContent = "Full trace " + event.trace_id;
+  }
+
+  // One renderer per event type ------------------------------------------------------------
+
+  function toolEntry(event) {
+    const item = entry("tool", "");
+    item.classList.add("tool-call");
+    const head = item.querySelector(".step-head");
+    head.textContent = "";
+    head.append(badge(event.path), " ", el("strong", "tool-name", event.tool));
+    if (event.ran_on && event.ran_on.startsWith("mcp:") && event.path !== 4) {
+      head.append(" ", el("span", "badge path-4", "on " + event.ran_on));
+    }
+    head.append(" ", el("span", "tool-state range", "running…"));
+    item.dataset.callId = event.call_id;
+    item.dataset.path = String(event.path);
+    return item;
+  }
+
+  const render = {
+    started(event) {
+      traceLink(event);
+      const item = entry("started", "Started");
+      item.querySelector(".step-head").append(" ", facts([
+        "agent " + event.agent,
+        event.model ? "model " + event.model : "no LLM",
+        event.tools.length + " tool" + (event.tools.length === 1 ? "" : "s") + " offered",
+        event.schema_tokens ? event.schema_tokens + " schema tokens" : "",
+      ]));
+    },
+    model_turn(event) {
+      const item = entry("model_turn", "Model turn " + event.iteration);
+      item.querySelector(".step-head").append(" ", facts([
+        event.input_tokens + " in / " + event.output_tokens + " out tokens",
+        Math.round(event.latency_ms) + " ms",
+        event.finish_reason,
+        event.with_tools ? "" : "no tools offered",
+      ]));
+      payload(item, "Said", event.content);
+      if (event.tool_calls.length) {
+        payload(item, "Asked for", event.tool_calls.map(
+          (call) => call.name + " " + pretty(call.arguments)).join("\n"));
+      }
+    },
+    tool_started(event) {
+      const item = toolEntry(event);
+      payload(item, "Arguments", event.arguments);
+      pending.set(event.call_id, item);
+    },
+    tool_finished(event) {
+      let item = pending.get(event.call_id);
+      pending.delete(event.call_id);
+      if (!item) item = toolEntry(event);
+      item.classList.add(event.success ? "ok" : "failed");
+      const state = item.querySelector(".tool-state");
+      state.className = "tool-state " + (event.success ? "status-ok" : "status-error");
+      state.textContent = event.success ? "ok" : "failed" + (event.error_kind ? " (" + event.error_kind + ")" : "");
+      item.querySelector(".step-head").append(" ", facts([
+        Math.round(event.latency_ms) + " ms",
+        event.tokens + " tokens",
+        event.truncated ? "truncated for the model" : "",
+        event.ran ? "" : "not run: refused by the loop",
+      ]));
+      payload(item, "Result", event.text);
+    },
+    fallback(event) {
+      const item = entry("fallback", "Fallback to the planner");
+      item.querySelector(".step-head").prepend(badge(event.path), " ");
+      item.querySelector(".step-head").append(" ", facts([
+        event.reason.replace(/_/g, " "), event.tool ? "from " + event.tool : "", "outcome " + event.outcome,
+      ]));
+      payload(item, "Warnings", event.warnings.join("\n"));
+    },
+    spiral(event) {
+      const item = entry("spiral", "Failure spiral broken");
+      item.querySelector(".step-head").append(" ", facts([
+        event.tool, event.kind, event.attempts + " attempts", event.error_kind, "resolution " + event.resolution,
+      ]));
+    },
+    tools_discovered(event) {
+      const item = entry("tools_discovered", "Tools discovered");
+      item.querySelector(".step-head").append(" ", facts([
+        event.loaded.length + " new", event.offered.length + " offered now",
+      ]));
+      payload(item, "Asked for", event.requests.map((r) => (r.server || "") + " / " + r.tool).join("\n"));
+      payload(item, "Loaded", event.loaded.join(", "));
+    },
+    plan(event) {
+      const item = entry("plan", "Plan " + event.attempt);
+      if (event.steps.length) {
+        const table = el("table", "plan-steps");
+        const head = el("tr");
+        ["Step", "Tool", "Arguments", "Depends on", "Why"].forEach((h) => head.append(el("th", "", h)));
+        table.append(head);
+        event.steps.forEach((step) => {
+          const row = el("tr");
+          row.append(el("td", "", step.id), el("td", "", step.tool));
+          const args = el("td");
+          args.append(el("pre", "payload", pretty(step.arguments)));
+          row.append(args, el("td", "", (step.depends_on || []).join(", ")), el("td", "", step.reason));
+          table.append(row);
+        });
+        item.append(table);
+      }
+      if (event.problems.length) {
+        item.classList.add("failed");
+        payload(item, "Cannot run", event.problems.join("\n"));
+      }
+    },
+    replan(event) {
+      const item = entry("replan", "Replanning: draft " + event.attempt);
+      payload(item, "Told the model", event.feedback);
+    },
+    notice(event) {
+      entry("notice", "Note").querySelector(".step-head").append(" ", el("span", "", event.message));
+    },
+    final(event) {
+      traceLink(event);
+      answerBox.hidden = false;
+      document.getElementById("answer").textContent = event.content || "(no answer)";
+      document.getElementById("answer-facts").textContent = [
+        "finished: " + event.finish_reason,
+        event.input_tokens || event.output_tokens
+          ? event.input_tokens + " in / " + event.output_tokens + " out model tokens" : "",
+      ].filter(Boolean).join(" · ");
+    },
+    error(event) {
+      traceLink(event);
+      const item = entry("error", "Error");
+      item.classList.add("failed");
+      item.append(el("p", "status-error", event.message));
+      if (event.trace_url) answerBox.hidden = false;
+    },
+  };
+
+  function show(event) {
+    const renderer = render[event.type];
+    if (renderer) renderer(event);
+    else entry(event.type, event.type);
+  }
+
+  // The form and the stream ----------------------------------------------------------------
+
+  function fitModes() {
+    const option = agentSelect.options[agentSelect.selectedIndex];
+    const hasLlm = option && option.dataset.llm === "yes";
+    for (const mode of modeSelect.options) {
+      if (mode.dataset.needsLlm === "yes") mode.disabled = !hasLlm;
+    }
+    if (modeSelect.options[modeSelect.selectedIndex].disabled) modeSelect.value = "planner";
+    workflowField.hidden = modeSelect.value !== "workflow";
+  }
+
+  function showError(message) {
+    formError.textContent = message;
+    formError.hidden = false;
+  }
+
+  async function readEvents(response) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const frame = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = frame.split("\n").filter((line) => line.startsWith("data:"))
+          .map((line) => line.slice(5).trim()).join("\n");
+        if (data) show(JSON.parse(data));
+      }
+    }
+  }
+
+  async function send(submitEvent) {
+    submitEvent.preventDefault();
+    formError.hidden = true;
+    transcript.textContent = "";
+    answerBox.hidden = true;
+    pending = new Map();
+    sendButton.disabled = true;
+    runState.textContent = "running…";
+    try {
+      const response = await fetch(form.action, {
+        method: "POST",
+        body: new FormData(form),
+        credentials: "same-origin",
+        headers: { Accept: "text/event-stream" },
+      });
+      const type = response.headers.get("Content-Type") || "";
+      if (!response.ok || !type.startsWith("text/event-stream")) {
+        let message = "The server answered " + response.status + ".";
+        if (type.startsWith("application/json")) message = (await response.json()).error || message;
+        else if (response.redirected) message = "Your session has ended: log in again.";
+        showError(message);
+        return;
+      }
+      await readEvents(response);
+    } catch (error) {
+      showError("The stream broke off: " + error.message + ". The trace may still be complete.");
+    } finally {
+      sendButton.disabled = false;
+      runState.textContent = "";
+    }
+  }
+
+  agentSelect.addEventListener("change", fitModes);
+  modeSelect.addEventListener("change", fitModes);
+  form.addEventListener("submit", send);
+  fitModes();
+})();
