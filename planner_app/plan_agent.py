@@ -139,7 +139,7 @@ def watch_steps(emit: Callable[[LoopEvent], None]) -> StepWatch:
     The step's own call has badge 3 (workflow), or 4 when its tool is an MCP server's;
     the calls the planner made in its place (a failed or unknown tool) badge 2.
     """
-    registry = get_engine().registry
+    registry = get_engine().registry  # now: get_engine() may read the database
 
     def path_of(tool: str) -> int:
         spec = registry.get(tool) if tool in registry else None

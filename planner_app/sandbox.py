@@ -40,6 +40,7 @@ from planner_app.models import Agent, Workflow, WorkflowRun
 from planner_app.plan_agent import PlanDrafted, finished_event, run_plan_agent, watch_steps
 from planner_app.workflow_runs import execute_run
 from tools_app.engine import CallContext
+from tools_app.registry import ToolRegistry
 from tools_app.runtime import get_engine
 
 logger = logging.getLogger(__name__)
@@ -109,12 +110,11 @@ def sse_frame(event: dict[str, Any]) -> str:
     return f"event: {event['type']}\ndata: {json.dumps(event, default=str)}\n\n"
 
 
-def with_links(event: dict[str, Any]) -> dict[str, Any]:
+def with_links(event: dict[str, Any], registry: ToolRegistry | None = None) -> dict[str, Any]:
     """Add what the page shows beside an event: the trace's URL, where a tool ran."""
     if event.get("trace_id"):
         event["trace_url"] = reverse("trace-detail", args=[event["trace_id"]])
-    if event["type"] in ("tool_started", "tool_finished"):
-        registry = get_engine().registry
+    if registry is not None and event["type"] in ("tool_started", "tool_finished"):
         tool = event.get("tool") or ""
         event["ran_on"] = registry.get(tool).ran_on if tool in registry else ""
     return event
@@ -122,9 +122,12 @@ def with_links(event: dict[str, Any]) -> dict[str, Any]:
 
 def run_task(task: SandboxTask, emit: Emit) -> None:
     """Run the task to its end, every step to emit as a JSON-ready dict."""
+    # Taken here: get_engine() may read the database, which events sent from inside a
+    # workflow's event loop must not.
+    registry = get_engine().registry
 
     def send(event: LoopEvent) -> None:
-        emit(with_links(event.as_dict()))
+        emit(with_links(event.as_dict(), registry))
 
     _RUNNERS[task.mode](task, send)
 

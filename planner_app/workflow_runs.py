@@ -25,7 +25,8 @@ T = TypeVar("T")
 class StepWatch:
     """Callbacks around each step's call through the Bridge, for a page that shows a run live.
 
-    Both are called in the executor's event loop thread: keep them quick (a queue put).
+    Both are called in the executor's event loop thread: keep them quick (a queue put) and
+    off the database, which Django refuses to touch from there.
     """
 
     started: Callable[[WorkflowStep, dict[str, Any]], None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from typing import Any
@@ -12,6 +13,7 @@ from django.test import Client
 
 from planner_app.models import Agent, Workflow, WorkflowRun
 from tests.planner_app.fake_llm import FakeLlm, call, fail, say
+from tools_app.models import McpServer
 from traces_app.models import Invocation
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -222,6 +224,23 @@ def test_plan_execute_replan_streams_plans_and_workflow_steps(
     assert [e["path"] for e in of_type(events, "tool_finished")] == [3, 3]
     assert [e["success"] for e in of_type(events, "tool_finished")] == [False, True]
     assert events[-1]["content"] == "8/2 is 4." and events[-1]["finish_reason"] == "stop"
+
+
+def test_an_mcp_tool_in_a_plan_has_badge_4(staff: Client, fake_llm: FakeLlm, settings: Any) -> None:
+    settings.ARES_TOOL_SETTINGS_CHECK_S = 0
+    McpServer.objects.create(
+        name="time", command=sys.executable,
+        args=["-m", "mcp_server_time", "--local-timezone", "UTC"],
+    )  # fmt: skip
+    Agent.objects.create(name="clock", tools=["mcp.time.get_current_time"])
+    step = {"id": "now", "tool": "mcp.time.get_current_time", "arguments": {"timezone": "UTC"}}
+    fake_llm.script(say(json.dumps({"steps": [step]})), say("It is now."))
+    events = events_of(staff.post(RUN, {"agent": "clock", "mode": "replan", "message": "time?"}))
+    [started] = of_type(events, "tool_started")
+    [finished] = of_type(events, "tool_finished")
+    assert (started["path"], started["ran_on"]) == (4, "mcp:time")
+    assert finished["success"] and '"timezone": "UTC"' in finished["text"]
+    assert "- mcp.time.get_current_time:" in fake_llm.requests[0]["messages"][0]["content"]
 
 
 def test_a_saved_workflow_runs_step_by_step_with_badge_3(staff: Client) -> None:
