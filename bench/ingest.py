@@ -45,10 +45,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from figures import postgres_database  # noqa: E402  (bench/ is the script's own folder)
 
 from traces_app.demo import demo_spans  # noqa: E402  (needs ROOT on sys.path)
 
@@ -603,30 +604,19 @@ def bench_postgres(args: argparse.Namespace, workload: Workload) -> Result | Non
     prefix = parts.path.lstrip("/") or "ares_bench"
     # A fresh name per run, so the bench can never touch a database someone else uses.
     name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
-    admin_url = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
-    bench_url = urlunsplit(parts._replace(path=f"/{name}"))
-    try:
-        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        print(f"PostgreSQL at {parts.hostname}:{parts.port or 5432} is unreachable, skipped: {exc}")
-        return None
-    with admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        try:
+    with postgres_database(args.postgres_url, name) as bench_url:
+        if bench_url is None:
+            return None
 
-            def count_rows() -> tuple[int, int]:
-                dsn = urlunsplit(parts._replace(scheme="postgresql", path=f"/{name}"))
-                with psycopg.connect(dsn) as db:
-                    return db.execute(COUNT_SQL).fetchone()
+        def count_rows() -> tuple[int, int]:
+            dsn = urlunsplit(parts._replace(scheme="postgresql", path=f"/{name}"))
+            with psycopg.connect(dsn) as db:
+                return db.execute(COUNT_SQL).fetchone()
 
-            local = parts.hostname in ("127.0.0.1", "localhost", "::1")
-            return run_server_bench(
-                "postgres", bench_url, count_rows, args, workload, name if local else None
-            )
-        finally:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        local = parts.hostname in ("127.0.0.1", "localhost", "::1")
+        return run_server_bench(
+            "postgres", bench_url, count_rows, args, workload, name if local else None
+        )
 
 
 def print_table(results: list[Result]) -> None:
