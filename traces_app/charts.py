@@ -13,9 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.io.json import to_json_plotly
 
+# plotly_white's layout part, read once: go.Figure(template="plotly_white") deep-copies and
+# validates the whole template on every figure (~45 ms each, most of a page's time).
+WHITE = pio.templates["plotly_white"].layout.to_plotly_json()
 BASE_LAYOUT: dict[str, Any] = {
-    "template": "plotly_white",
+    "template": {"layout": WHITE},
     "height": 300,
     "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
     "hovermode": "x unified",
@@ -45,5 +50,9 @@ def make_chart(
     **layout: Any,
 ) -> Chart:
     """Return a chart of plotly traces, with the table of numbers it shows."""
-    figure = go.Figure(data=list(traces), layout={**BASE_LAYOUT, **layout})
-    return Chart(chart_id, title, json.loads(figure.to_json()), list(columns), list(rows))
+    # The traces and layout are validated by plotly as they are built; the figure is their JSON.
+    figure = {
+        "data": [trace.to_plotly_json() for trace in traces],
+        "layout": {**BASE_LAYOUT, **go.Layout(**layout).to_plotly_json()},
+    }
+    return Chart(chart_id, title, json.loads(to_json_plotly(figure)), list(columns), list(rows))
