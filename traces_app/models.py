@@ -337,6 +337,8 @@ class ToolRollupManager(models.Manager):
             .filter(received_at__gte=since, received_at__lte=until)
             .annotate(hour=hour)
             .values_list("tool_name", "hour")
+            # No ordering: Meta.ordering's started_at would join the DISTINCT, one row a span.
+            .order_by()
             .distinct()
         )
         return self.refresh_buckets(set(touched))
@@ -481,6 +483,7 @@ class SpanRollupManager(models.Manager):
             Invocation.objects.filter(received_at__gte=since, received_at__lte=until)
             .annotate(hour=Trunc("started_at", "hour", tzinfo=UTC))
             .values_list("hour", flat=True)
+            .order_by()  # as in ToolRollupManager.refresh_received
             .distinct()
         )
         return self.refresh_hours(set(hours))
