@@ -7,7 +7,7 @@ in the ingest API's JSON shape. What a trace holds depends on who runs it:
   timeout now and then), LLM turns between them; sometimes a failed call followed by a
   planner fallback to another tool, a failure spiral (the same call failing three to five
   times with one argument tweaked: it gives up, recovers, or the planner takes over), or
-  a loop of identical calls that is still going;
+  a loop of identical calls (more of them at the end of the window, still going);
 - the planner answering a request with no tool named;
 - a saved workflow: its steps, with the planner standing in for a failed step;
 - an outside agent reporting its own calls through the API.
@@ -120,12 +120,17 @@ TOOLS: dict[str, ToolProfile] = {
     ),
     "ticket_create": ToolProfile(
         "remote", 300.0, 0.06, ("tool_error", "rate_limited"),
-        lambda r: {"title": "Customer asks for a refund", "priority": r.choice(["low", "high"])},
+        lambda r: {"customer_id": f"C{r.randint(1000, 9999)}", "title": "Refund request",
+                   "priority": r.choice(["low", "high"])},
         lambda r: {"ticket": f"T-{r.randint(1, 99999)}"},
     ),
 }  # fmt: skip
 AGENT_TOOLS = [name for name, tool in TOOLS.items() if name not in ("crm_lookup", "ticket_create")]
 AGENT_TOOL_WEIGHTS = [30, 8, 6, 8, 6, 20, 10, 6, 3, 3]
+SPIRAL_TOOL_WEIGHTS = [
+    weight * TOOLS[name].failure_rate
+    for name, weight in zip(AGENT_TOOLS, AGENT_TOOL_WEIGHTS, strict=True)
+]
 OUTSIDE_TOOLS = ["crm_lookup", "ticket_create", "web_search"]
 # What the planner picks when a tool fails: another tool for the same capability.
 FALLBACKS = {
@@ -157,6 +162,12 @@ REQUESTS = [
 # Web search's incident: between these fractions of the window most searches fail.
 INCIDENT = (0.55, 0.60)
 INCIDENT_FAILURE_RATE = 0.6
+# Of LLM agents' traces, the shares where something goes wrong (see _Trace.pick_mishap).
+MISHAPS = {"failing_spiral": 0.025, "loop": 0.015}
+# How often the planner steps in after a call the LLM chose failed, when it has another tool.
+FALLBACK_SHARE = 0.6
+# In the last 1% of the traffic, agents loop more often: loops that are still going.
+LIVE = 0.99
 # Traffic per hour swings by this much around its mean over each day.
 DAILY_SWING = 0.5
 
@@ -211,15 +222,16 @@ class _TraceMaker:
 
     def __init__(self, seed: int, now: datetime | None, days: float) -> None:
         self.rng = random.Random(seed)
+        now = now or datetime.now(UTC)
+        self.start = now - timedelta(days=days)
         # A minute of margin: the last trace's spans must not start in the future.
-        self.end = (now or datetime.now(UTC)) - timedelta(minutes=1)
-        self.window = timedelta(days=days)
+        self.length = now - timedelta(minutes=1) - self.start
         self.days = days
 
     def trace(self, fraction: float) -> list[dict]:
         """Return the trace that starts `fraction` (0..1) of the way through the traffic."""
         rng = self.rng
-        start = self.end - self.window * (1 - time_of(fraction, self.days))
+        start = self.start + self.length * time_of(fraction, self.days)
         start += timedelta(seconds=rng.uniform(0, 5))
         trace = _Trace(rng, start, in_incident=INCIDENT[0] <= fraction < INCIDENT[1])
         draw = rng.random()
@@ -230,7 +242,7 @@ class _TraceMaker:
         elif draw < 0.23:
             trace.planner_request()
         else:
-            trace.llm_agent()
+            trace.llm_agent(live=fraction >= LIVE)
         return trace.spans
 
 
@@ -248,25 +260,20 @@ class _Trace:
 
     # Who runs the trace.
 
-    def llm_agent(self) -> None:
+    def llm_agent(self, live: bool = False) -> None:
         rng = self.rng
         self.agent, model = rng.choice(LLM_AGENTS), rng.choice(MODELS)
         self.llm(model, request=rng.choice(REQUESTS))
-        special = rng.random()
+        mishap = self.pick_mishap(live)
         steps = rng.randint(1, 4)
-        special_step = rng.randrange(steps)
+        mishap_step = rng.randrange(steps)
         for step in range(steps):
             if step and rng.random() < 0.5:
                 self.llm(model)
-            tool = self.pick_tool()
-            if step != special_step or special >= 0.10:
-                self.call_with_retry(tool, "llm")
-            elif special < 0.06:
-                self.fallback(tool)
-            elif special < 0.085:
-                self.failing_spiral(tool)
+            if step == mishap_step and mishap:
+                getattr(self, mishap)()
             else:
-                self.loop(tool)
+                self.llm_call(self.pick_tool())
         self.llm(model)
 
     def planner_request(self) -> None:
@@ -295,8 +302,25 @@ class _Trace:
 
     # What happens in it.
 
+    def pick_mishap(self, live: bool) -> str:
+        """Return what goes wrong in an LLM agent's trace (a method name), or "" for nothing."""
+        if live and self.rng.random() < 0.3:
+            return "loop"  # looping right now, so that the demo has active spirals
+        draw = self.rng.random()
+        for mishap, share in MISHAPS.items():
+            if draw < share:
+                return mishap
+            draw -= share
+        return ""
+
     def pick_tool(self) -> str:
         return self.rng.choices(AGENT_TOOLS, AGENT_TOOL_WEIGHTS)[0]
+
+    def llm_call(self, tool: str) -> None:
+        """The LLM calls a tool; when it fails, the planner often picks another for the job."""
+        failed = not self.call_with_retry(tool, "llm")
+        if failed and tool in FALLBACKS and self.rng.random() < FALLBACK_SHARE:
+            self.call(FALLBACKS[tool], "planner")
 
     def call_with_retry(self, tool: str, chosen_by: str) -> bool:
         """Call a tool; the engine retries a timeout or rate limit once, now and then."""
@@ -305,14 +329,10 @@ class _Trace:
             span = self.call(tool, chosen_by, args=span["arguments"], attempt=2, like=span)
         return span["status"] == "ok"
 
-    def fallback(self, tool: str) -> None:
-        """A call the LLM chose fails; the planner picks another tool for the same job."""
-        self.call(tool, "llm", fail=True)
-        self.call(FALLBACKS.get(tool, "web_search"), "planner")
-
-    def failing_spiral(self, tool: str) -> None:
+    def failing_spiral(self) -> None:
         """The LLM makes the same failing call three to five times, tweaking one value."""
         rng = self.rng
+        tool = rng.choices(AGENT_TOOLS, SPIRAL_TOOL_WEIGHTS)[0]  # flaky tools spiral more
         kind = rng.choice(TOOLS[tool].error_kinds)
         first = TOOLS[tool].make_args(rng)
         key = rng.choice(sorted(first))
@@ -326,8 +346,9 @@ class _Trace:
             self.call(tool, "llm", fail=False)  # recovered
         # else: the agent gives up on the tool
 
-    def loop(self, tool: str) -> None:
-        """The LLM repeats an identical call that keeps answering: a loop, still going."""
+    def loop(self) -> None:
+        """The LLM repeats an identical call that keeps answering: a loop."""
+        tool = self.pick_tool()
         args = TOOLS[tool].make_args(self.rng)
         for _ in range(self.rng.randint(3, 6)):
             self.call(tool, "llm", args=args, fail=False)
