@@ -14,8 +14,13 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.preprocessing import normalize
 
-from planner_app.discovery.text import analyze
+from planner_app.discovery.text import analyze_with_pairs
+
+# How much a pair of adjacent words ('movie detail') weighs against a single word; it
+# applies to the document and to the request side, so a matching pair adds a quarter.
+PAIR_WEIGHT = 0.5
 
 
 class BackendUnavailable(RuntimeError):
@@ -24,7 +29,10 @@ class BackendUnavailable(RuntimeError):
 
 class Encoder(Protocol):
     def encode(self, texts: Sequence[str]) -> Any:
-        """Return one L2-normalised row per text (a SciPy sparse or a NumPy matrix)."""
+        """Return one L2-normalised row per document (a SciPy sparse or a NumPy matrix)."""
+
+    def encode_queries(self, texts: Sequence[str]) -> Any:
+        """Return one L2-normalised row per request, in the documents' vector space."""
 
 
 class Backend(Protocol):
@@ -49,9 +57,20 @@ class TfidfEncoder:
     def encode(self, texts: Sequence[str]) -> Any:
         return self._vectorizer.transform(texts)
 
+    def encode_queries(self, texts: Sequence[str]) -> Any:
+        """Return the requests' rows with every term counted once (binary TF), then IDF.
+
+        A request repeats the words of its main topic ("movie", "movies", "film") and
+        under-weights its second one; counting each term once gives every part of a
+        several-tool request its say. Documents keep their sub-linear counts.
+        """
+        rows = self._vectorizer.transform(texts)
+        rows.data = self._vectorizer.idf_[rows.indices].astype(rows.dtype)
+        return normalize(rows, copy=False)
+
 
 class TfidfBackend:
-    """Word TF-IDF over the analyzer's terms (plurals folded, CJK characters and pairs).
+    """Word TF-IDF over the analyzer's terms and word pairs (plurals folded, CJK n-grams).
 
     Sub-linear term frequency keeps a word repeated in a long description from drowning
     the others; the catalogue is small, so fitting takes milliseconds per thousand tools.
@@ -60,11 +79,16 @@ class TfidfBackend:
     name = "tfidf"
 
     def fit(self, documents: Sequence[str]) -> TfidfEncoder | EmptyEncoder:
-        vectorizer = TfidfVectorizer(analyzer=analyze, sublinear_tf=True, dtype=np.float32)
+        vectorizer = TfidfVectorizer(
+            analyzer=analyze_with_pairs, sublinear_tf=True, dtype=np.float32
+        )
         try:
-            return TfidfEncoder(vectorizer.fit(documents))
+            vectorizer.fit(documents)
         except ValueError:  # "empty vocabulary": not one term in the whole catalogue
             return EmptyEncoder()
+        is_pair = np.array([" " in term for term in vectorizer.get_feature_names_out()])
+        vectorizer.idf_ = np.where(is_pair, PAIR_WEIGHT, 1.0) * vectorizer.idf_
+        return TfidfEncoder(vectorizer)
 
 
 class EmptyEncoder:
@@ -73,6 +97,9 @@ class EmptyEncoder:
     def encode(self, texts: Sequence[str]) -> Any:
         return sparse.csr_matrix((len(texts), 1), dtype=np.float32)
 
+    def encode_queries(self, texts: Sequence[str]) -> Any:
+        return self.encode(texts)
+
 
 class EmbeddingEncoder:
     def __init__(self, model: Any) -> None:
@@ -80,6 +107,9 @@ class EmbeddingEncoder:
 
     def encode(self, texts: Sequence[str]) -> Any:
         return self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
+
+    def encode_queries(self, texts: Sequence[str]) -> Any:
+        return self.encode(texts)
 
 
 class EmbeddingBackend:

@@ -156,16 +156,16 @@ class ToolRouter:
         self, tool_text: str, server_text: str, limit: int | None, mode: RouteMode
     ) -> Routing:
         text = tool_text if server_text in ("", tool_text) else f"{server_text} {tool_text}"
-        scores = similarities(self._flat_rows, self._encoder.encode([text]))
+        scores = similarities(self._flat_rows, self._encoder.encode_queries([text]))
         everything = np.arange(len(self._tools))
         no_server_scores = np.zeros(len(self._tools))
         return Routing(mode, self._best(everything, scores, no_server_scores, scores, limit))
 
     def _encode_pair(self, tool_text: str, server_text: str) -> tuple[object, object]:
         if tool_text == server_text:
-            query = self._encoder.encode([tool_text])
+            query = self._encoder.encode_queries([tool_text])
             return query, query
-        rows = self._encoder.encode([tool_text, server_text])
+        rows = self._encoder.encode_queries([tool_text, server_text])
         return rows[0:1], rows[1:2]
 
     def _best(

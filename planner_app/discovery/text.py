@@ -9,9 +9,12 @@ _CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff
 # and digits.
 _TOKEN = re.compile(f"[{_CJK_RANGES}]+|[^\\W_{_CJK_RANGES}]+")
 _CJK = re.compile(f"[{_CJK_RANGES}]")
-# getUserByName -> get User By Name; HTTPRequest -> HTTP Request; v2Beta -> v2 Beta.
+# getUserByName -> get User By Name; HTTPRequest -> HTTP Request; v2Beta -> v2 Beta; but
+# an acronym's plural stays whole: getUserIDs -> get User IDs, not get User I Ds.
 _VERSION = re.compile(r"v\d+\Z")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])(?![A-Z]s(?![a-z]))")
+# IDs, URLs, APIs: folded here, as the plural rule leaves words ending in "is" alone.
+_ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s\Z")
 
 # Function words and request fluff. Not scikit-learn's list: it drops words that name what a
 # tool does ("find", "show", "name", "system", "top", "bill", "fire", "call").
@@ -84,6 +87,8 @@ def analyze(text: str) -> list[str]:
         if _CJK.match(token):
             terms.extend(_cjk_terms(token))
             continue
+        if _ACRONYM_PLURAL.match(token):
+            token = token[:-1]
         word = token.lower()
         # Numbers in a request are argument values (an id, a year), in a tool's name a
         # version ("v2"): neither says what the tool does.
@@ -91,3 +96,17 @@ def analyze(text: str) -> list[str]:
             continue
         terms.append(stem(word))
     return terms
+
+
+def analyze_with_pairs(text: str) -> list[str]:
+    """Return the index terms of a text, then each pair of adjacent word terms ('movie detail').
+
+    A pair keeps a little of the word order a bag of words loses: "movies details" names
+    the service "Movies details" more than it names every movie tool and every details
+    tool. A pair holds a space, so it never collides with a single term; CJK terms get no
+    pairs (their character pairs are already terms).
+    """
+    terms = analyze(text)
+    words = [None if _CJK.match(term) else term for term in terms]
+    pairs = [f"{a} {b}" for a, b in zip(words, words[1:], strict=False) if a and b]
+    return terms + pairs

@@ -7,8 +7,13 @@ import dataclasses
 import pytest
 
 from planner_app.discovery import RouteMode, RouterSettings, Server, Tool, ToolRouter
-from planner_app.discovery.backends import BackendUnavailable, EmbeddingBackend, make_backend
-from planner_app.discovery.text import analyze, stem
+from planner_app.discovery.backends import (
+    BackendUnavailable,
+    EmbeddingBackend,
+    TfidfBackend,
+    make_backend,
+)
+from planner_app.discovery.text import analyze, analyze_with_pairs, stem
 
 CATALOGUE = (
     Server(
@@ -141,6 +146,50 @@ def test_it_splits_identifiers_and_cjk_text_into_terms() -> None:
         "issue",
     ]
     assert analyze("天气预报") == ["天", "气", "预", "报", "天气", "气预", "预报"]
+
+
+@pytest.mark.parametrize(
+    ("text", "terms"),
+    [
+        ("GUIDs", ["guid"]),
+        ("getUserIDs", ["get", "user", "id"]),
+        ("URLs and APIs", ["url", "api"]),
+        ("IDsList", ["id", "list"]),
+    ],
+)
+def test_it_keeps_an_acronym_plural_whole_and_folds_it(text: str, terms: list[str]) -> None:
+    assert analyze(text) == terms
+
+
+def test_it_adds_pairs_of_adjacent_words_but_not_of_cjk_terms() -> None:
+    assert analyze_with_pairs("weather forecasts of cities") == [
+        "weather",
+        "forecast",
+        "city",
+        "weather forecast",
+        "forecast city",
+    ]
+    assert analyze_with_pairs("天气 forecast") == ["天", "气", "天气", "forecast"]
+
+
+def test_it_prefers_the_tool_with_the_requests_words_in_order() -> None:
+    servers = (
+        Server(
+            "movies",
+            tools=(
+                Tool("details_and_movie", "Return the details and the movie."),
+                Tool("movie_details", "Return the movie details."),
+            ),
+        ),
+    )
+    assert ToolRouter(servers).search_flat("movie details").matches[0].tool == "movie_details"
+
+
+def test_it_counts_each_request_term_once() -> None:
+    encoder = TfidfBackend().fit(["read a file", "write a file", "list the events"])
+    repeated = encoder.encode_queries(["file file file read"]).toarray()
+    once = encoder.encode_queries(["file read"]).toarray()
+    assert repeated == pytest.approx(once)
 
 
 def test_it_matches_chinese_text_without_spaces(router: ToolRouter) -> None:
