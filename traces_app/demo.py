@@ -166,8 +166,11 @@ INCIDENT_FAILURE_RATE = 0.6
 MISHAPS = {"failing_spiral": 0.025, "loop": 0.015}
 # How often the planner steps in after a call the LLM chose failed, when it has another tool.
 FALLBACK_SHARE = 0.6
-# In the last 1% of the traffic, agents loop more often: loops that are still going.
-LIVE = 0.99
+# In the last dozen traces (about 60 spans), half the agents loop: loops still going when
+# the demo ends, whatever its size (a share of the traffic would be hundreds at 1M spans).
+LIVE_TRACES = 12
+LIVE_SPANS = 60
+LIVE_LOOP_SHARE = 0.5
 # Traffic per hour swings by this much around its mean over each day.
 DAILY_SWING = 0.5
 
@@ -178,7 +181,7 @@ def demo_traces(
     """Yield `count` traces, each a list of span dicts, in time order over `days` before `now`."""
     maker = _TraceMaker(seed, now, days)
     for index in range(count):
-        yield maker.trace(index / count)
+        yield maker.trace(index / count, live=count - index <= LIVE_TRACES)
 
 
 def demo_trace_stream(
@@ -191,7 +194,8 @@ def demo_trace_stream(
     maker = _TraceMaker(seed, now, days)
     emitted = 0
     while emitted < spans:
-        trace = maker.trace(emitted / spans)[: spans - emitted]
+        live = spans - emitted <= LIVE_SPANS
+        trace = maker.trace(emitted / spans, live=live)[: spans - emitted]
         emitted += len(trace)
         yield trace
 
@@ -228,8 +232,11 @@ class _TraceMaker:
         self.length = now - timedelta(minutes=1) - self.start
         self.days = days
 
-    def trace(self, fraction: float) -> list[dict]:
-        """Return the trace that starts `fraction` (0..1) of the way through the traffic."""
+    def trace(self, fraction: float, live: bool = False) -> list[dict]:
+        """Return the trace that starts `fraction` (0..1) of the way through the traffic.
+
+        A live trace is one of the last: an agent in it loops more often.
+        """
         rng = self.rng
         start = self.start + self.length * time_of(fraction, self.days)
         start += timedelta(seconds=rng.uniform(0, 5))
@@ -242,7 +249,7 @@ class _TraceMaker:
         elif draw < 0.23:
             trace.planner_request()
         else:
-            trace.llm_agent(live=fraction >= LIVE)
+            trace.llm_agent(live=live)
         return trace.spans
 
 
@@ -304,7 +311,7 @@ class _Trace:
 
     def pick_mishap(self, live: bool) -> str:
         """Return what goes wrong in an LLM agent's trace (a method name), or "" for nothing."""
-        if live and self.rng.random() < 0.3:
+        if live and self.rng.random() < LIVE_LOOP_SHARE:
             return "loop"  # looping right now, so that the demo has active spirals
         draw = self.rng.random()
         for mishap, share in MISHAPS.items():
