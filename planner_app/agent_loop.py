@@ -238,6 +238,74 @@ def run_agent_loop(
     return task.run(list(messages), tool_choice)
 
 
+class TaskRecords:
+    """What an LLM task's spans share (trace, root span, agent, model, request), and how it
+    stores them and tells its events; the agent loop and plan-execute-replan both use it."""
+
+    def __init__(
+        self,
+        agent_name: str,
+        model: ChatModel,
+        trace_id: str,
+        session_id: str,
+        record: Callable[[list[dict[str, Any]]], None],
+        on_event: Callable[[LoopEvent], None] | None,
+    ) -> None:
+        self.agent_name, self.model, self.record = agent_name, model, record
+        self.trace_id, self.root_span_id = trace_id, secrets.token_hex(8)
+        self.session_id, self.request = session_id, ""
+        self.on_event = on_event
+        self.events: list[LoopEvent] = []
+
+    def emit(self, event: LoopEvent) -> None:
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def span(self, kind: str, started_at: datetime, latency_ms: float) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "span_id": secrets.token_hex(8),
+            "parent_span_id": self.root_span_id,
+            "kind": kind,
+            "agent": self.agent_name,
+            "session_id": self.session_id,
+            "request_text": self.request,
+            "model": self.model.model[:200],
+            "started_at": started_at,
+            "latency_ms": latency_ms,
+            "status": "ok",
+        }
+
+    def llm_span(
+        self,
+        started_at: datetime,
+        clock: float,
+        arguments: dict[str, Any],
+        reply: LlmReply | None,
+        error: LlmError | None,
+    ) -> dict[str, Any]:
+        """Return the span of one LLM call: its tokens and reply, or its error."""
+        span = self.span("llm", started_at, (time.perf_counter() - clock) * 1000)
+        span["arguments"] = arguments
+        if reply is not None:
+            span["model"] = (reply.model or self.model.model)[:200]
+            span.update(input_tokens=reply.usage.input_tokens,
+                        output_tokens=reply.usage.output_tokens)  # fmt: skip
+            arguments["usage_estimated"] = reply.usage.estimated
+            span["result"] = {"content": reply.content, "finish_reason": reply.finish_reason}
+        else:
+            kind = "tools_not_supported" if isinstance(error, ToolsNotSupported) else "llm_error"
+            span.update(status="error", error_kind=kind, error_message=str(error))
+        return span
+
+    def store(self, spans: list[dict[str, Any]]) -> None:
+        try:
+            self.record(spans)
+        except Exception:  # a lost record must not lose the user's answer
+            logger.exception("could not record %d span(s) of trace %s", len(spans), self.trace_id)
+
+
 @dataclass
 class _Turn:
     """One call of a model turn on its way to a tool message."""
@@ -250,7 +318,7 @@ class _Turn:
     notes: list[str] = field(default_factory=list)
 
 
-class _Task:
+class _Task(TaskRecords):
     def __init__(
         self,
         agent: AgentSpec,
@@ -260,11 +328,9 @@ class _Task:
         session_id: str,
         on_event: Callable[[LoopEvent], None] | None,
     ) -> None:
-        self.agent, self.model, self.services = agent, model, services
+        super().__init__(agent.name, model, trace_id, session_id, services.record, on_event)
+        self.agent, self.services = agent, services
         self.engine = services.engine
-        self.trace_id, self.root_span_id = trace_id, secrets.token_hex(8)
-        self.on_event = on_event
-        self.events: list[LoopEvent] = []
         self.budget = TokenBudget(agent.token_budget, agent.tool_output_share)
         self.usage = Usage()
         self.schema_tokens_sent = 0
@@ -628,27 +694,7 @@ class _Task:
         return LoopResult(content, reason, self.trace_id, iterations, self.usage, tokens,
                           self.history, self.records, self.events, self.error)  # fmt: skip
 
-    def emit(self, event: LoopEvent) -> None:
-        self.events.append(event)
-        if self.on_event is not None:
-            self.on_event(event)
-
     # Records -----------------------------------------------------------------------------
-
-    def _span(self, kind: str, started_at: datetime, latency_ms: float) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "span_id": secrets.token_hex(8),
-            "parent_span_id": self.root_span_id,
-            "kind": kind,
-            "agent": self.agent.name,
-            "session_id": self.context.session_id,
-            "request_text": self.request,
-            "model": self.model.model[:200],
-            "started_at": started_at,
-            "latency_ms": latency_ms,
-            "status": "ok",
-        }
 
     def _record_llm(
         self,
@@ -660,38 +706,26 @@ class _Task:
         reply: LlmReply | None = None,
         error: LlmError | None = None,
     ) -> float:
-        latency_ms = (time.perf_counter() - clock) * 1000
-        span = self._span("llm", started_at, latency_ms)
         fed = self.budget.tool_tokens
-        span["arguments"] = {
+        arguments = {
             "iteration": iteration,
             "messages": len(self.history),
             "tools": len(self.tools) if schema_tokens else 0,
             "schema_tokens": schema_tokens,
             "tool_output_tokens": fed,
         }
+        span = self.llm_span(started_at, clock, arguments, reply, error)
         if reply is not None:
-            usage = reply.usage
-            span["model"] = (reply.model or self.model.model)[:200]
-            span.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
-            span["arguments"]["conversation_tokens"] = max(
-                0, usage.input_tokens - schema_tokens - fed
+            arguments["conversation_tokens"] = max(
+                0, reply.usage.input_tokens - schema_tokens - fed
             )
-            span["arguments"]["usage_estimated"] = usage.estimated
-            span["result"] = {
-                "content": reply.content,
-                "tool_calls": [_call_dict(call) for call in reply.tool_calls],
-                "finish_reason": reply.finish_reason,
-            }
-        else:
-            kind = "tools_not_supported" if isinstance(error, ToolsNotSupported) else "llm_error"
-            span.update(status="error", error_kind=kind, error_message=str(error))
-        self._store([span])
-        return latency_ms
+            span["result"]["tool_calls"] = [_call_dict(call) for call in reply.tool_calls]
+        self.store([span])
+        return span["latency_ms"]
 
     def _record_agent(self, content: str, reason: str, iterations: int, tokens: dict) -> None:
         latency_ms = (time.perf_counter() - self.clock) * 1000
-        span = self._span("agent", self.started_at, latency_ms)
+        span = self.span("agent", self.started_at, latency_ms)
         span.update(span_id=self.root_span_id, parent_span_id=None)
         span["arguments"] = {"tools": list(self.agent.tools), "discovery": self.agent.discovery,
                              "max_iterations": self.agent.max_iterations}  # fmt: skip
@@ -705,13 +739,7 @@ class _Task:
         }
         if reason == "error":
             span.update(status="error", error_kind="llm_error", error_message=self.error)
-        self._store([span])
-
-    def _store(self, spans: list[dict[str, Any]]) -> None:
-        try:
-            self.services.record(spans)
-        except Exception:  # a lost record must not lose the user's answer
-            logger.exception("could not record %d agent span(s)", len(spans))
+        self.store([span])
 
 
 def _with_system_prompt(prompt: str, messages: list[Message]) -> list[Message]:

@@ -37,6 +37,7 @@ from planner_app.agent_loop import (
     ModelTurn,
     Notice,
     Started,
+    TaskRecords,
     ToolFinished,
     ToolStarted,
 )
@@ -184,7 +185,7 @@ def finished_event(
                         False, True)  # fmt: skip
 
 
-class _PlanTask:
+class _PlanTask(TaskRecords):
     def __init__(
         self,
         agent: Agent,
@@ -192,9 +193,8 @@ class _PlanTask:
         trace_id: str,
         on_event: Callable[[LoopEvent], None] | None,
     ) -> None:
-        self.agent, self.model, self.trace_id, self.on_event = agent, model, trace_id, on_event
-        self.root_span_id = secrets.token_hex(8)
-        self.events: list[LoopEvent] = []
+        super().__init__(agent.name, model, trace_id, "", record_spans, on_event)
+        self.agent = agent
         self.usage = Usage()
         self.drafts = 0
         engine = get_engine()
@@ -301,21 +301,6 @@ class _PlanTask:
 
     # Records ---------------------------------------------------------------------------
 
-    def _span(self, kind: str, started_at: datetime, latency_ms: float) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "span_id": secrets.token_hex(8),
-            "parent_span_id": self.root_span_id,
-            "kind": kind,
-            "agent": self.agent.name,
-            "session_id": self.session_id,
-            "request_text": self.request,
-            "model": self.model.model[:200],
-            "started_at": started_at,
-            "latency_ms": latency_ms,
-            "status": "ok",
-        }
-
     def _record_llm(
         self,
         purpose: str,
@@ -326,26 +311,16 @@ class _PlanTask:
         reply: LlmReply | None = None,
         error: LlmError | None = None,
     ) -> float:
-        latency_ms = (time.perf_counter() - clock) * 1000
-        span = self._span("llm", started_at, latency_ms)
-        span["arguments"] = {"purpose": purpose, "iteration": iteration,
-                             "messages": len(self.history)}  # fmt: skip
-        if reply is not None:
-            span["model"] = (reply.model or self.model.model)[:200]
-            span.update(input_tokens=reply.usage.input_tokens,
-                        output_tokens=reply.usage.output_tokens)  # fmt: skip
-            span["arguments"]["usage_estimated"] = reply.usage.estimated
-            span["result"] = {"content": reply.content, "finish_reason": reply.finish_reason}
-        else:
-            span.update(status="error", error_kind="llm_error", error_message=str(error))
-        self._store(span)
-        return latency_ms
+        arguments = {"purpose": purpose, "iteration": iteration, "messages": len(self.history)}
+        span = self.llm_span(started_at, clock, arguments, reply, error)
+        self.store([span])
+        return span["latency_ms"]
 
     def _finish(
         self, content: str, reason: str, outcome: ReplanOutcome | None, *, error: str = ""
     ) -> PlanAgentResult:
         latency_ms = (time.perf_counter() - self.clock) * 1000
-        span = self._span("agent", self.started_at, latency_ms)
+        span = self.span("agent", self.started_at, latency_ms)
         span.update(span_id=self.root_span_id, parent_span_id=None)
         span["arguments"] = {"mode": "plan_execute_replan", "tools": list(self.agent.tools)}
         span["result"] = {
@@ -360,22 +335,11 @@ class _PlanTask:
         }
         if error:
             span.update(status="error", error_kind="llm_error", error_message=error)
-        self._store(span)
+        self.store([span])
         self.emit(Final(content, reason, self.trace_id, self.drafts,
                         self.usage.input_tokens, self.usage.output_tokens))  # fmt: skip
         return PlanAgentResult(content, reason, self.trace_id, self.drafts, self.usage, outcome,
                                self.events, error)  # fmt: skip
-
-    def _store(self, span: dict[str, Any]) -> None:
-        try:
-            record_spans([span])
-        except Exception:  # a lost record must not lose the user's answer
-            logger.exception("could not record a plan-execute-replan span")
-
-    def emit(self, event: LoopEvent) -> None:
-        self.events.append(event)
-        if self.on_event is not None:
-            self.on_event(event)
 
 
 def _attempt_summary(attempt: Any) -> dict[str, Any]:
