@@ -7,7 +7,6 @@ The servers are the production one (gunicorn) in its own process.
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,13 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.conftest import subprocess_env
 from tests.traces_app import test_unavailable_db
-from tests.traces_app.test_unavailable_db import (
-    GUNICORN,
-    RAW_KEY,
-    ROOT,
-    free_port,
-    wait_until_serving,
-)
+from tests.traces_app.test_unavailable_db import RAW_KEY, gunicorn_client
 from traces_app.models import Invocation
 
 down = test_unavailable_db.down  # the fixture: gunicorn with a database out of reach
@@ -53,20 +46,8 @@ def impatient_server(transactional_db: None, tmp_path: Any) -> Iterator[httpx.Cl
     """A gunicorn server on the test database that gives up at once on a locked SQLite."""
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
         pytest.skip("SQLite's write lock; PostgreSQL's busy states are mapped the same way")
-    port = free_port()
-    log = (tmp_path / "gunicorn.log").open("w")
-    server = subprocess.Popen(
-        [str(GUNICORN), "ares_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
-        cwd=ROOT, env=subprocess_env(SQLITE_TIMEOUT="0"), stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            wait_until_serving(client, server)
-            yield client
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+    with gunicorn_client(subprocess_env(SQLITE_TIMEOUT="0"), tmp_path / "gunicorn.log") as client:
+        yield client
 
 
 def test_it_answers_429_with_retry_after_when_the_database_is_locked(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -50,7 +51,6 @@ def wait_until_serving(client: httpx.Client, server: subprocess.Popen) -> None:
 )
 def down(request, tmp_path_factory) -> Iterator[httpx.Client]:
     """A client for a gunicorn server whose database cannot be reached."""
-    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": request.param,
@@ -58,22 +58,26 @@ def down(request, tmp_path_factory) -> Iterator[httpx.Client]:
         "DEBUG": "0",
         "ARES_VAR_DIR": str(tmp_path_factory.mktemp("var")),
     }
-    log = (tmp_path_factory.mktemp("log") / "gunicorn.log").open("w")
-    server = subprocess.Popen(
-        [str(GUNICORN), "ares_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            wait_until_serving(client, server)
-            yield client
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+    with gunicorn_client(env, tmp_path_factory.mktemp("log") / "gunicorn.log") as client:
+        yield client
+
+
+@contextmanager
+def gunicorn_client(env: dict[str, str], log_path: Path) -> Iterator[httpx.Client]:
+    """Start the production server (one worker) with `env`; yield a client once it serves."""
+    port = free_port()
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [str(GUNICORN), "ares_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                wait_until_serving(client, server)
+                yield client
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def assert_unavailable(response: httpx.Response) -> None:
