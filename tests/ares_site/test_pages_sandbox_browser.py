@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 
 from planner_app.models import Agent
+from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app import conftest as planner_fixtures
 from tests.planner_app.fake_llm import FakeLlm, calls, say
 from traces_app.models import Invocation
@@ -23,16 +23,6 @@ fresh_ruleset_cache = planner_fixtures.fresh_ruleset_cache
 
 HOSTILE = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned=2'>"
 ANSWER = "#answer-box:not([hidden])"
-
-
-def assert_stayed_local(page: Any, live_server: Any) -> None:
-    hosts = {
-        urlparse(url).hostname
-        for url in page.requested_urls
-        if urlparse(url).scheme in ("http", "https", "ws", "wss")
-    }
-    assert hosts == {urlparse(live_server.url).hostname}, hosts
-    assert hosts <= {"localhost", "127.0.0.1"}  # the live server on loopback, nothing else
 
 
 def test_the_planner_path_runs_without_an_llm(

@@ -6,12 +6,12 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 
 from planner_app import rulesets
 from planner_app.models import Capability, CapabilityMapping
+from tests.ares_site.browser import assert_stayed_local
 from tests.conftest import make_span
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
@@ -39,11 +39,6 @@ def record(tool: str, count: int, hours_ago: int = 1, **fields: Any) -> None:
     record_invocations([InvocationIn.model_validate(span) for span in spans])
 
 
-def only_local_requests(page: Any, live_server: Any) -> None:
-    hosts = {urlparse(url).hostname for url in page.requested_urls}
-    assert hosts == {urlparse(live_server.url).hostname}, hosts
-
-
 def test_it_sorts_the_tools_and_opens_one_with_its_evidence_chart(
     staff_page: Any, live_server: Any, screenshot: Callable[[Any, str], Path]
 ) -> None:
@@ -69,7 +64,7 @@ def test_it_sorts_the_tools_and_opens_one_with_its_evidence_chart(
     assert staff_page.locator("#error-kinds .plot[data-rendered=true]").count() == 1
     assert "timeout" in staff_page.locator("#failures").inner_text()
     screenshot(staff_page, "tool-detail")
-    only_local_requests(staff_page, live_server)
+    assert_stayed_local(staff_page, live_server)
 
 
 def test_it_shows_a_capabilitys_candidates_and_where_the_leader_changed(
@@ -96,4 +91,4 @@ def test_it_shows_a_capabilitys_candidates_and_where_the_leader_changed(
     legend = staff_page.locator("#capability-scores .legend").text_content() or ""
     assert "hash_tool" in legend and "Leader changes" in legend
     screenshot(staff_page, "evidence")
-    only_local_requests(staff_page, live_server)
+    assert_stayed_local(staff_page, live_server)

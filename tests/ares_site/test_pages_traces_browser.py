@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tests.ares_site.browser import assert_stayed_local
 from tests.conftest import make_span
 from traces_app.models import FailureSpiral
 from traces_app.schemas import InvocationIn
@@ -59,15 +60,6 @@ def spiral_trace() -> str:
                   arguments={"url": "https://example.org/mcp"}, started_at=at(104)),
     )  # fmt: skip
     return trace_id
-
-
-def assert_stayed_local(page: Any, live_server: Any) -> None:
-    hosts = {
-        urlparse(url).hostname
-        for url in page.requested_urls
-        if urlparse(url).scheme in ("http", "https", "ws", "wss")
-    }
-    assert hosts == {urlparse(live_server.url).hostname}, hosts
 
 
 def test_it_filters_traces_and_draws_a_trace_waterfall(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.apps import apps
@@ -42,3 +43,11 @@ def fake_llm() -> Iterator[FakeLlm]:
     llm = FakeLlm().start()
     yield llm
     llm.stop()
+
+
+@pytest.fixture
+def llm_settings(settings: Any, fake_llm: FakeLlm) -> None:
+    """Point the site's default LLM endpoint at the fake server, without streaming."""
+    settings.ARES_LLM_BASE_URL = fake_llm.base_url
+    settings.ARES_LLM_MODEL = "fake-model"
+    settings.ARES_LLM_STREAM = False

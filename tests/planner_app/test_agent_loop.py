@@ -19,16 +19,9 @@ from tools_app.models import McpServer
 from tools_app.specs import ErrorKind, SideEffect, ToolFailure, ToolSpec
 from traces_app.models import FailureSpiral, Invocation, Trace
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("llm_settings")]
 
 OBJECT = {"type": "object", "properties": {"key": {"type": "string"}}}
-
-
-@pytest.fixture(autouse=True)
-def llm_settings(settings: Any, fake_llm: FakeLlm) -> None:
-    settings.ARES_LLM_BASE_URL = fake_llm.base_url
-    settings.ARES_LLM_MODEL = "fake-model"
-    settings.ARES_LLM_STREAM = False
 
 
 @pytest.fixture
@@ -411,6 +404,64 @@ def test_an_active_agent_finds_only_tools_it_may_call(fake_llm: FakeLlm) -> None
     fake_llm.script(say(REQUEST_CALCULATOR), say("I have no calculator."))
     chat(make_agent(discovery="active", tools=["hash_tool"]), "6*7?")
     assert fake_llm.requests[1]["messages"][-1]["content"].startswith("No tools found for:")
+
+
+def test_discovery_shows_and_records_how_each_request_was_routed(fake_llm: FakeLlm) -> None:
+    fake_llm.script(say(REQUEST_CALCULATOR), say("I will answer myself: 42."))
+    events: list[LoopEvent] = []
+    result = chat(make_agent(discovery="active", tools=["calculator"]), "6*7?", events)
+    [found] = of_type(events, "tools_discovered")
+    [routing] = found["routing"]
+    assert routing["mode"] == "two_stage"
+    assert routing["servers"][0]["server"] == "builtin:math"
+    best = routing["tools"][0]
+    assert (best["tool"], best["server"]) == ("calculator", "builtin:math")
+    assert best["score"] > 0 and best["server_score"] > 0 and best["tool_score"] > 0
+    [span] = spans(result, kind="other", tool_name="tool_discovery")
+    assert span.arguments["requests"] == [
+        {"server": "math", "tool": "evaluate an arithmetic expression"}
+    ]
+    assert span.result["routing"] == found["routing"]
+    assert span.result["loaded"] == ["calculator"]
+
+
+def test_a_tool_found_again_is_not_loaded_twice(fake_llm: FakeLlm) -> None:
+    fake_llm.script(say(REQUEST_CALCULATOR), say(REQUEST_CALCULATOR), say("42"))
+    events: list[LoopEvent] = []
+    result = chat(make_agent(discovery="active", tools=["calculator"]), "6*7?", events)
+    first, second = of_type(events, "tools_discovered")
+    assert (first["loaded"], second["loaded"]) == (["calculator"], [])
+    note = fake_llm.requests[2]["messages"][-1]["content"]
+    assert note.startswith("Tools discovered and loaded (0 new). Already loaded: calculator.")
+    assert [t["function"]["name"] for t in fake_llm.requests[2]["tools"]] == ["calculator"]
+    assert (result.tokens["tool_requests"], result.tokens["tools_loaded"]) == (2, 1)
+
+
+def test_a_request_without_a_server_is_sent_back_to_be_rewritten(fake_llm: FakeLlm) -> None:
+    fake_llm.script(say("<tool_request>tool: add numbers</tool_request>"), say("42"))
+    result = chat(make_agent(discovery="active"), "6*7?")
+    note = fake_llm.requests[1]["messages"][-1]["content"]
+    assert note.startswith("Your tool request could not be read") and "'server:'" in note
+    assert result.tokens["tool_requests"] == 0
+
+
+def test_it_counts_the_tasks_metrics_afresh_for_each_task(fake_llm: FakeLlm) -> None:
+    agent = make_agent(discovery="active", tools=["calculator"])
+    fake_llm.script(say(REQUEST_CALCULATOR), call("calculator", {"expression": "6*7"}), say("42"))
+    result = chat(agent, "what is 6*7?")
+    metrics = {key: result.tokens[key] for key in
+               ("tool_requests", "tools_loaded", "llm_calls", "tool_calls")}  # fmt: skip
+    assert metrics == {"tool_requests": 1, "tools_loaded": 1, "llm_calls": 3, "tool_calls": 1}
+    assert result.tokens["tokens_used"] == (
+        result.tokens["model_input_tokens"] + result.tokens["model_output_tokens"]
+    )
+    [agent_span] = spans(result, kind="agent")
+    assert agent_span.result["llm_calls"] == 3 and agent_span.result["tool_calls"] == 1
+    fake_llm.script(say("Nothing to look up: hello."))
+    again = chat(agent, "say hello")
+    assert {key: again.tokens[key] for key in metrics} == {
+        "tool_requests": 0, "tools_loaded": 0, "llm_calls": 1, "tool_calls": 0
+    }  # fmt: skip
 
 
 def test_when_discovery_runs_out_it_asks_for_a_final_answer(fake_llm: FakeLlm) -> None:

@@ -13,15 +13,7 @@ from planner_app.plan_agent import PlanAgentResult, run_plan_agent
 from tests.planner_app.fake_llm import FakeLlm, fail, say
 from traces_app.models import Invocation, Trace
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def llm_settings(settings: Any, fake_llm: FakeLlm) -> None:
-    settings.ARES_LLM_BASE_URL = fake_llm.base_url
-    settings.ARES_LLM_MODEL = "fake-model"
-    settings.ARES_LLM_STREAM = False
-    settings.ARES_REPLAN_MAX = 2
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("llm_settings")]
 
 
 @pytest.fixture

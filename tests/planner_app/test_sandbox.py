@@ -16,7 +16,7 @@ from tests.planner_app.fake_llm import FakeLlm, call, fail, say
 from tools_app.models import McpServer
 from traces_app.models import Invocation
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("llm_settings")]
 
 URL, RUN = "/sandbox/", "/sandbox/run"
 CHAIN = {
@@ -26,13 +26,6 @@ CHAIN = {
          "arguments": {"operation": "upper", "text": "total is {$total.result}"}},
     ]
 }  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def llm_settings(settings: Any, fake_llm: FakeLlm) -> None:
-    settings.ARES_LLM_BASE_URL = fake_llm.base_url
-    settings.ARES_LLM_MODEL = "fake-model"
-    settings.ARES_LLM_STREAM = False
 
 
 @pytest.fixture
