@@ -8,7 +8,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from ares_site.env import env_bool, env_int, env_list, env_str
+from ares_site.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ARES_VAR_DIR", str(BASE_DIR / "var")))
@@ -221,6 +221,28 @@ if ARES_LLM_TOOL_OUTPUT_PERCENT > 90:
     raise ImproperlyConfigured("ARES_LLM_TOOL_OUTPUT_PERCENT must be at most 90")
 # Plan-execute-replan: new plans the model may draft after the first, per task.
 ARES_REPLAN_MAX = env_int("ARES_REPLAN_MAX", 2, minimum=0)
+# Active tool discovery (planner_app/discovery/): how the two-stage router ranks and keeps
+# tools. Stage 2's score: weighted (server and tool weights) or product ((s*t)*max(s,t));
+# stage 1 matches a server's text joined with its tools', or the max of the two (MCP-Zero).
+ARES_ROUTER_SERVER_WEIGHT = env_float("ARES_ROUTER_SERVER_WEIGHT", 0.3, minimum=0)
+ARES_ROUTER_TOOL_WEIGHT = env_float("ARES_ROUTER_TOOL_WEIGHT", 0.7, minimum=0)
+if not ARES_ROUTER_SERVER_WEIGHT + ARES_ROUTER_TOOL_WEIGHT > 0:
+    raise ImproperlyConfigured("ARES_ROUTER_SERVER_WEIGHT + ARES_ROUTER_TOOL_WEIGHT must be > 0")
+ARES_ROUTER_TOP_SERVERS = env_int("ARES_ROUTER_TOP_SERVERS", 3, minimum=1)
+ARES_ROUTER_TOP_TOOLS = env_int("ARES_ROUTER_TOP_TOOLS", 5, minimum=1)
+ARES_ROUTER_SERVER_THRESHOLD = env_float("ARES_ROUTER_SERVER_THRESHOLD", 0.05, minimum=0, maximum=1)
+# Unset: the combination's own default (0.1 weighted, 0.001 product).
+ARES_ROUTER_MIN_SCORE = env_float("ARES_ROUTER_MIN_SCORE", None, minimum=0, maximum=1)
+ARES_ROUTER_COMBINATION = env_choice("ARES_ROUTER_COMBINATION", "weighted", ("weighted", "product"))
+ARES_ROUTER_SERVER_SCORING = env_choice("ARES_ROUTER_SERVER_SCORING", "joint", ("joint", "max"))
+ARES_ROUTER_CACHE_SIZE = env_int("ARES_ROUTER_CACHE_SIZE", 256, minimum=0)
+ARES_ROUTER_BACKEND = env_choice("ARES_ROUTER_BACKEND", "tfidf", ("tfidf", "embeddings"))
+ARES_ROUTER_EMBEDDING_MODEL = env_str("ARES_ROUTER_EMBEDDING_MODEL")
+if ARES_ROUTER_BACKEND == "embeddings" and not ARES_ROUTER_EMBEDDING_MODEL:
+    raise ImproperlyConfigured(
+        "ARES_ROUTER_BACKEND=embeddings needs ARES_ROUTER_EMBEDDING_MODEL: the directory of a "
+        "sentence-transformers model saved on this machine"
+    )
 # The sandbox chat streams a task for at most this many seconds, then links its trace.
 # Keep it under gunicorn's worker timeout (ares_site/gunicorn.conf.py), as a sync worker
 # streaming longer is killed.

@@ -15,7 +15,16 @@ from planner_app.discovery.requests import (
 
 # The router needs numpy, SciPy and scikit-learn (~90 MB a process): it is imported on
 # first use, so web and worker processes that never route a tool request don't pay for it.
-_ROUTER_NAMES = {"RouteMode", "RouterSettings", "Routing", "ToolMatch", "ToolRouter"}
+_ROUTER_NAMES = {
+    "Combination",
+    "RouteMode",
+    "RouterSettings",
+    "Routing",
+    "RoutingCache",
+    "ServerScoring",
+    "ToolMatch",
+    "ToolRouter",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -29,11 +38,14 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "MAX_TOOL_REQUESTS",
     "BenchQuery",
+    "Combination",
     "ExpectedTool",
     "RouteMode",
     "RouterSettings",
     "Routing",
+    "RoutingCache",
     "Server",
+    "ServerScoring",
     "Tool",
     "ToolMatch",
     "ToolRequest",

@@ -5,10 +5,12 @@ The JSON forms are the benchmark's exchange format (bench/README.md):
     catalogue: {"servers": [{"name": "...", "description": "...",
                              "tools": [{"name": "...", "description": "..."}]}]}
     queries:   {"queries": [{"id": "...", "query": "...",
+                             "tool_request": {"server": "...", "tool": "..."},
                              "expected": [{"server": "...", "tool": "..."}]}]}
 
 `description` may be empty or missing; an expected tool without "server" matches a tool
-of that name on any server.
+of that name on any server. `tool_request` (optional) is what an agent in active mode
+would write for the query in its <tool_request> block.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class BenchQuery:
     id: str
     query: str
     expected: tuple[ExpectedTool, ...] = field(default_factory=tuple)
+    # What an agent in active mode would ask for: (server, tool) texts, or None.
+    tool_request: tuple[str, str] | None = None
 
 
 def _text(item: dict[str, Any], key: str, where: str, *, required: bool = True) -> str:
@@ -141,9 +145,24 @@ def queries_from_dict(data: Any) -> tuple[BenchQuery, ...]:
             raise CatalogueError(f"{where}: 'expected' names no tool")
         query_id = item.get("id", str(i))
         queries.append(
-            BenchQuery(id=str(query_id), query=_text(item, "query", where), expected=expected)
+            BenchQuery(
+                id=str(query_id),
+                query=_text(item, "query", where),
+                expected=expected,
+                tool_request=_tool_request(item, where),
+            )
         )
     return tuple(queries)
+
+
+def _tool_request(item: dict[str, Any], where: str) -> tuple[str, str] | None:
+    request = item.get("tool_request")
+    if request is None:
+        return None
+    if not isinstance(request, dict):
+        raise CatalogueError(f"{where}: 'tool_request' must be an object")
+    where = f"{where}.tool_request"
+    return _text(request, "server", where), _text(request, "tool", where)
 
 
 def queries_to_dict(queries: tuple[BenchQuery, ...] | list[BenchQuery]) -> dict[str, Any]:
@@ -153,6 +172,11 @@ def queries_to_dict(queries: tuple[BenchQuery, ...] | list[BenchQuery]) -> dict[
             {
                 "id": query.id,
                 "query": query.query,
+                **(
+                    {"tool_request": dict(zip(("server", "tool"), query.tool_request, strict=True))}
+                    if query.tool_request
+                    else {}
+                ),
                 "expected": [
                     {"tool": e.tool, **({"server": e.server} if e.server else {})}
                     for e in query.expected

@@ -3,15 +3,17 @@
 Built-in tools are grouped into categories, each MCP server is a group of its own. The
 registry calls back on every registration, change and removal; the router only counts
 them, and rebuilds (a few milliseconds for a registry this size) when asked to search
-after one.
+after one. A rebuild starts with an empty routing cache. The site's router takes its
+settings from Django's (ARES_ROUTER_*).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from dataclasses import dataclass
 
-from planner_app.discovery.backends import Backend
+from planner_app.discovery.backends import Backend, make_backend
 from planner_app.discovery.catalogue import Server, Tool
 from planner_app.discovery.router import RouterSettings, Routing, ToolRouter
 from tools_app.registry import ToolRegistry
@@ -28,12 +30,21 @@ BUILTIN_CATEGORIES = {
     "web_search": "web",
 }
 CATEGORY_DESCRIPTIONS = {
-    "math": "Calculations: arithmetic, expressions, statistics, number theory, probability.",
+    "math": "Calculate and compute: arithmetic, expressions, percentages, statistics, number "
+    "theory, probability.",
     "time": "Dates, times, time zones, calendars and durations.",
     "text": "Text and data: string operations, hashing, encoding, JSON processing.",
     "web": "The web: HTTP requests to URLs and web search.",
 }
 OTHER_BUILTINS = "other"
+# Words people ask for a built-in with that its description lacks: to a word matcher,
+# "calculate" is not "calculator", nor "download" "HTTP request".
+BUILTIN_KEYWORDS = {
+    "calculator": ("calculate", "compute", "math", "percentage"),
+    "hash_tool": ("checksum", "encode", "decode"),
+    "http_request": ("fetch", "download", "web page", "API"),
+    "web_search": ("look up", "find", "news"),
+}
 
 
 def server_of(spec: ToolSpec) -> tuple[str, str]:
@@ -52,7 +63,8 @@ def catalogue_from_specs(specs: list[ToolSpec]) -> list[Server]:
         if not spec.enabled:
             continue
         parameters = spec.parameters.get("properties", {})
-        keywords = tuple(spec.capabilities) + tuple(parameters)
+        keywords = BUILTIN_KEYWORDS.get(spec.name, ()) if spec.ran_on == "builtin" else ()
+        keywords += tuple(spec.capabilities) + tuple(parameters)
         groups[server_of(spec)].append(Tool(spec.name, spec.description, keywords))
     return [
         Server(name=name, description=description, tools=tuple(tools))
@@ -83,6 +95,12 @@ class RegistryRouter:
         with self._lock:
             self._changes += 1
 
+    def reconfigure(self, settings: RouterSettings, backend: Backend | None = None) -> None:
+        """Use other settings (and backend) from the next search on: rebuilt, cache emptied."""
+        with self._lock:
+            self.settings, self.backend = settings, backend
+            self._changes += 1
+
     def router(self) -> ToolRouter:
         """Return a router over the registry's current tools, rebuilding it if they changed."""
         with self._lock:
@@ -91,7 +109,9 @@ class RegistryRouter:
                 return self._router
         # Built outside the lock: a change meanwhile bumps the count, so the next call
         # rebuilds again rather than keep a stale index.
-        router = ToolRouter(catalogue_from_specs(self.registry.list()), self.settings, self.backend)
+        with self._lock:
+            settings, backend = self.settings, self.backend
+        router = ToolRouter(catalogue_from_specs(self.registry.list()), settings, backend)
         with self._lock:
             if self._built_for <= changes:
                 self._router, self._built_for = router, changes
@@ -103,17 +123,60 @@ class RegistryRouter:
         return self.router().search(tool, server, limit=limit)
 
 
+@dataclass(frozen=True)
+class SiteRouterConfig:
+    """The site's router configuration, as Django's settings give it."""
+
+    settings: RouterSettings
+    backend: str = "tfidf"
+    model_path: str = ""
+
+
+def site_router_config() -> SiteRouterConfig:
+    """Return the router configuration in Django's settings (ARES_ROUTER_*)."""
+    from django.conf import settings
+
+    router_settings = RouterSettings(
+        server_weight=settings.ARES_ROUTER_SERVER_WEIGHT,
+        tool_weight=settings.ARES_ROUTER_TOOL_WEIGHT,
+        top_servers=settings.ARES_ROUTER_TOP_SERVERS,
+        top_tools=settings.ARES_ROUTER_TOP_TOOLS,
+        server_threshold=settings.ARES_ROUTER_SERVER_THRESHOLD,
+        min_score=settings.ARES_ROUTER_MIN_SCORE,
+        combination=settings.ARES_ROUTER_COMBINATION,
+        server_scoring=settings.ARES_ROUTER_SERVER_SCORING,
+        cache_size=settings.ARES_ROUTER_CACHE_SIZE,
+    )
+    return SiteRouterConfig(
+        router_settings, settings.ARES_ROUTER_BACKEND, settings.ARES_ROUTER_EMBEDDING_MODEL
+    )
+
+
 _current: RegistryRouter | None = None
+_current_config: SiteRouterConfig | None = None
 _current_lock = threading.Lock()
 
 
 def get_router() -> RegistryRouter:
-    """Return the router over this process's engine registry (a new one with a new engine)."""
-    global _current
+    """Return the router over this process's engine registry, configured by the settings.
+
+    A new engine gets a new router; changed settings reconfigure the current one.
+    """
+    global _current, _current_config
     from tools_app.runtime import get_engine  # the runtime needs Django set up: import late
 
     registry = get_engine().registry
+    config = site_router_config()
     with _current_lock:
         if _current is None or _current.registry is not registry:
-            _current = RegistryRouter(registry)
+            _current = RegistryRouter(registry, config.settings, _backend(config))
+        elif config != _current_config:
+            _current.reconfigure(config.settings, _backend(config))
+        _current_config = config
         return _current
+
+
+def _backend(config: SiteRouterConfig) -> Backend | None:
+    if config.backend == "tfidf":
+        return None  # the router's default
+    return make_backend(config.backend, config.model_path or None)

@@ -6,7 +6,8 @@
     </tool_request>
 
 `<tool_assistant>` (MCP-Zero's own tag) is read the same way. Every block in a reply
-counts, and a task may make at most MAX_TOOL_REQUESTS of them in all.
+counts, and a task may make at most MAX_TOOL_REQUESTS of them in all. A block needs both
+fields: the server text steers stage 1 of the router, the tool text stage 2.
 """
 
 from __future__ import annotations
@@ -101,8 +102,13 @@ def _parse_block(body: str, number: int) -> ToolRequest:
                 f"tool request {number}: cannot read {line.strip()!r}; "
                 "write 'server: <what kind of service>' and 'tool: <what it should do>'"
             )
+    if not values.get("server"):
+        raise ToolRequestError(
+            f"tool request {number}: 'server:' is missing or empty; "
+            "say what kind of service would have the tool"
+        )
     if not values.get("tool"):
         raise ToolRequestError(
             f"tool request {number}: 'tool:' is missing or empty; say what the tool should do"
         )
-    return ToolRequest(server=values.get("server", ""), tool=values["tool"])
+    return ToolRequest(server=values["server"], tool=values["tool"])

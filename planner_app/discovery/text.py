@@ -1,4 +1,9 @@
-"""Turn tool descriptions and requests into index terms: words, plurals folded, CJK n-grams."""
+"""Turn tool descriptions and requests into index terms: words, plurals folded, CJK n-grams.
+
+Chinese text also gets the English words of the tool vocabulary it contains (a small
+glossary below), so a Chinese request finds tools described in English, as MCP servers
+and our built-ins are, and an English request finds tools described in Chinese.
+"""
 
 from __future__ import annotations
 
@@ -50,14 +55,68 @@ _IRREGULAR = {
 _NOT_PLURAL_ENDINGS = ("ss", "us", "is", "ous", "ics")
 _NOT_PLURAL = frozenset({"news", "series", "species", "means", "lens", "gas", "bias", "atlas"})
 
+# Chinese words of the tool vocabulary (what a tool does, what it works on) -> English words.
+# Dictionary-based query translation, the classic cross-language retrieval method: a word
+# found anywhere in a run of Chinese characters adds its English words as terms. Words of
+# one character are left out: they hide inside unrelated words.
+_GLOSSARY_TEXT = """
+搜索 搜寻 检索 查找 寻找: search find | 查询: query search lookup | 查看 显示: show view get
+获取 取得 拿到: get fetch | 读取 阅读: read | 写入: write | 保存 存储 储存: save store write
+创建 新建 建立: create new | 删除 移除: delete remove | 更新 修改: update modify edit
+编辑: edit | 列出 列表 列举 清单: list | 打开: open | 关闭: close | 发送 发出: send
+下载 抓取: download fetch | 上传: upload | 转换 换算 转成 转为: convert | 翻译: translate
+计算 运算 算出 等于多少 是多少: calculate compute arithmetic | 数学: math | 表达式: expression
+求和 总和 之和 相加: sum add | 平均 均值: mean average | 中位数: median | 方差: variance
+标准差: stddev deviation | 统计: statistics | 百分之 百分比: percent | 阶乘: factorial
+质数 素数: prime | 概率: probability | 公约数: gcd divisor | 公倍数: lcm multiple
+平方根 根号 开方: sqrt root | 对数: log logarithm | 四舍五入 保留: round
+哈希 散列 摘要值: hash digest | 加密: encrypt hash | 编码: encode | 解码: decode
+校验 验证 检查: validate check verify | 有效 合法: valid | 格式化: format pretty print
+美化 缩进: pretty print indent | 解析: parse | 提取: extract | 替换: replace
+大写: upper uppercase | 小写: lower lowercase | 首字母: title | 反转 倒序 倒过来: reverse
+长度 多长: length | 拆分 分割 切分: split | 合并 拼接 连接: join merge
+去掉空格 空白: trim whitespace | 字符串 文本 文字: string text | 字符: character | 排序: sort
+过滤 筛选: filter | 比较 对比: compare | 文件: file | 文件夹 目录: directory folder
+路径: path | 内容: content | 仓库 代码库 存储库: repository repo | 代码: code
+议题 问题: issue | 分支: branch | 提交: commit | 拉取请求 合并请求: pull request
+项目: project | 用户: user | 网页 页面: web page | 网站: website web site
+网址 链接: url link | 网络 网上 互联网 上网 在线: web internet online | 请求: request
+接口: api | 数据: data | 数据库: database | 表格: table | 时间: time | 日期: date
+时区: timezone time zone | 几点: time now | 现在 当前 目前 此刻: current now | 今天: today
+明天: tomorrow | 星期 周末: week weekend weekday | 日历: calendar | 事件 活动: event
+会议: meeting | 提醒: reminder | 天气: weather | 预报: forecast | 气温 温度: temperature
+下雨 降雨: rain | 空气: air | 质量: quality | 警报 预警: alert warning | 城市: city
+地址: address | 地图: map | 位置 地点: location | 路线 导航: route | 新闻: news
+最新 最近: latest recent | 邮件 邮箱: email mail | 消息: message
+图片 图像 照片: image picture photo | 视频: video | 音乐 歌曲: music song | 股票 股价: stock
+价格: price | 汇率: exchange rate | 货币: currency | 语言: language | 结果: result
+信息 资料: information | 详情 详细: detail | 摘要 总结: summary summarize | 数字 数值: number
+整数: integer | 随机: random | 生成: generate | 测试: test | 主题: topic
+处理: process handle | 向量 嵌入: vector embedding | 回显 复述 原样: echo
+等待 暂停 休眠: sleep wait | 失败 报错: fail error | 进程: process
+"""
+
+
+def _glossary(text: str) -> dict[str, str]:
+    pairs = (entry.split(":") for entry in text.replace("\n", " | ").split("|") if entry.strip())
+    return {word: english.strip() for words, english in pairs for word in words.split()}
+
+
+GLOSSARY = _glossary(_GLOSSARY_TEXT)
+
 
 def stem(word: str) -> str:
-    """Return a word with its plural ending folded: 'cities' -> 'city', 'boxes' -> 'box'.
+    """Return a word with its plural and -ing/-ed endings folded: 'cities' -> 'city'.
 
-    Deliberately light (the S-stemmer family): it folds the plurals a tool request and a
-    tool description disagree on, and leaves everything else alone, so a stem is still a
-    word and never merges unrelated terms the way an aggressive stemmer can.
+    Deliberately light (the S-stemmer family, plus the -ing/-ed step of Porter's): it
+    folds the forms a tool request and a tool description disagree on ('fetching' and
+    'fetches', 'rounded' and 'round') and leaves everything else alone, so a stem is
+    still a word and never merges unrelated terms the way an aggressive stemmer can.
     """
+    return _fold_ending(_fold_plural(word))
+
+
+def _fold_plural(word: str) -> str:
     if word in _IRREGULAR:
         return _IRREGULAR[word]
     if len(word) <= 3 or not word.endswith("s") or word.endswith(_NOT_PLURAL_ENDINGS):
@@ -73,6 +132,31 @@ def stem(word: str) -> str:
     return word[:-1]
 
 
+_DOUBLED = re.compile(r"([b-df-hj-kmnp-rtv-y])\1\Z")  # a doubled consonant but l, s, z
+_SHORT = re.compile(r"[^aeiouy][aeiouy][^aeiouwxy]\Z")  # cvc: 'nam' (named) -> 'name'
+
+
+def _fold_ending(word: str) -> str:
+    """Return a word without its -ing or -ed ending, spelled as its base: 'creating' -> 'create'."""
+    if word.endswith("ing"):
+        base = word[:-3]
+    elif word.endswith("ed") and not word.endswith("eed"):
+        base = word[:-2]
+    else:
+        return word
+    if len(base) < 3 or not re.search("[aeiouy]", base):
+        return word
+    if base.endswith(("at", "bl", "iz")):  # creat(ing) -> create, enabl(ed) -> enable
+        return base + "e"
+    if _DOUBLED.search(base):  # runn(ing) -> run
+        return base[:-1]
+    if len(base) == 3 and _SHORT.match(base):  # nam(ed) -> name, cod(ing) -> code
+        return base + "e"
+    if len(base) == 3:
+        return word  # 'string', 'during', 'shed': too short to tell
+    return base
+
+
 def _cjk_terms(run: str) -> list[str]:
     """Return the characters and character pairs of a CJK run (it has no word boundaries)."""
     if len(run) == 1:
@@ -80,12 +164,19 @@ def _cjk_terms(run: str) -> list[str]:
     return list(run) + [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def analyze(text: str) -> list[str]:
-    """Return the index terms of a text: lower-case stems without stop words, CJK n-grams."""
-    terms: list[str] = []
+def _translated_terms(run: str) -> list[str]:
+    """Return the English terms of the glossary words in a CJK run, in the run's order."""
+    found = sorted((run.find(word), word) for word in GLOSSARY if word in run)
+    return [term for _, word in found for term in _TRANSLATIONS[word]]
+
+
+def _analyze(text: str) -> list[tuple[str, bool]]:
+    """Return the index terms of a text, each with whether it may form a word pair."""
+    terms: list[tuple[str, bool]] = []
     for token in _TOKEN.findall(_CAMEL.sub(" ", text)):
         if _CJK.match(token):
-            terms.extend(_cjk_terms(token))
+            terms.extend((term, False) for term in _cjk_terms(token))
+            terms.extend((term, False) for term in _translated_terms(token))
             continue
         if _ACRONYM_PLURAL.match(token):
             token = token[:-1]
@@ -94,8 +185,13 @@ def analyze(text: str) -> list[str]:
         # version ("v2"): neither says what the tool does.
         if word in STOP_WORDS or len(word) == 1 or word.isdigit() or _VERSION.match(word):
             continue
-        terms.append(stem(word))
+        terms.append((stem(word), True))
     return terms
+
+
+def analyze(text: str) -> list[str]:
+    """Return the index terms of a text: lower-case stems without stop words, CJK n-grams."""
+    return [term for term, _ in _analyze(text)]
 
 
 def analyze_with_pairs(text: str) -> list[str]:
@@ -103,10 +199,17 @@ def analyze_with_pairs(text: str) -> list[str]:
 
     A pair keeps a little of the word order a bag of words loses: "movies details" names
     the service "Movies details" more than it names every movie tool and every details
-    tool. A pair holds a space, so it never collides with a single term; CJK terms get no
-    pairs (their character pairs are already terms).
+    tool. A pair holds a space, so it never collides with a single term. CJK terms and
+    their glossary translations get no pairs (character pairs are already terms, and a
+    translation's words are alternatives, not a phrase).
     """
-    terms = analyze(text)
-    words = [None if _CJK.match(term) else term for term in terms]
+    terms = _analyze(text)
+    words = [term if pairable else None for term, pairable in terms]
     pairs = [f"{a} {b}" for a, b in zip(words, words[1:], strict=False) if a and b]
-    return terms + pairs
+    return [term for term, _ in terms] + pairs
+
+
+# The glossary's English words as index terms (stop words out, plurals folded).
+_TRANSLATIONS = {
+    word: tuple(term for term, _ in _analyze(english)) for word, english in GLOSSARY.items()
+}

@@ -38,6 +38,9 @@ def run_check(**env: str) -> subprocess.CompletedProcess:
         ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL='LOUD' must be"),
         ({"ARES_HTTP_ALLOWED_NETWORKS": "10.0.0.0/33"}, "ARES_HTTP_ALLOWED_NETWORKS has '10.0"),
         ({"ARES_SEARXNG_URL": "searx.local"}, "ARES_SEARXNG_URL='searx.local' must be"),
+        ({"ARES_ROUTER_MIN_SCORE": "high"}, "ARES_ROUTER_MIN_SCORE='high' is not a number"),
+        ({"ARES_ROUTER_COMBINATION": "sum"}, "ARES_ROUTER_COMBINATION='sum' is not one of"),
+        ({"ARES_ROUTER_BACKEND": "embeddings"}, "needs ARES_ROUTER_EMBEDDING_MODEL"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_value(env: dict[str, str], message: str) -> None:

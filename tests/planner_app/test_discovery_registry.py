@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from planner_app.discovery import RouterSettings
 from planner_app.discovery.registry import RegistryRouter, catalogue_from_specs, get_router
 from tools_app import runtime
 from tools_app.models import ToolSetting
@@ -104,3 +105,39 @@ def test_the_sites_router_follows_the_operators_tool_settings(settings: Any) -> 
     finally:
         setting.delete()
     assert get_router().search("hash a text with sha256").tool_names[0] == "hash_tool"
+
+
+def test_a_rebuild_starts_with_an_empty_cache(registry: ToolRegistry) -> None:
+    router = RegistryRouter(registry)
+    router.search("weather forecast of a city")
+    assert router.search("weather forecast of a city").cached
+    registry.register(mcp_spec("weather", "get_forecast", "Return the weather forecast of a city."))
+    routing = router.search("weather forecast of a city")
+    assert not routing.cached
+    assert routing.tool_names[0] == "mcp.weather.get_forecast"
+    assert len(router.router().cache) == 1
+
+
+def test_it_uses_other_settings_after_reconfiguring(registry: ToolRegistry) -> None:
+    router = RegistryRouter(registry)
+    assert len(router.search("text", limit=None).matches) > 2
+    router.reconfigure(RouterSettings(top_tools=2, min_score=0.0))
+    routing = router.search("text")
+    assert not routing.cached and len(routing.matches) == 2
+    assert router.builds == 2
+
+
+@pytest.mark.django_db
+def test_the_sites_router_takes_its_settings_from_django(settings: Any) -> None:
+    settings.ARES_ROUTER_TOP_TOOLS = 1
+    settings.ARES_ROUTER_COMBINATION = "product"
+    settings.ARES_ROUTER_MIN_SCORE = None
+    router = get_router()
+    routing = router.search("hash a text with sha256")
+    assert (router.settings.top_tools, router.settings.combination) == (1, "product")
+    assert router.settings.min_score == 0.001
+    assert routing.tool_names == ["hash_tool"]
+    settings.ARES_ROUTER_TOP_TOOLS = 3
+    settings.ARES_ROUTER_COMBINATION = "weighted"
+    assert get_router() is router  # the same router, configured anew
+    assert router.settings.top_tools == 3

@@ -12,9 +12,8 @@ from planner_app.discovery import (
 )
 
 
-def block(tool: str, server: str = "", tag: str = "tool_request") -> str:
-    server_line = f"server: {server}\n" if server else ""
-    return f"<{tag}>\n{server_line}tool: {tool}\n</{tag}>"
+def block(tool: str, server: str = "any", tag: str = "tool_request") -> str:
+    return f"<{tag}>\nserver: {server}\ntool: {tool}\n</{tag}>"
 
 
 def test_it_reads_every_block_of_a_reply_in_order() -> None:
@@ -43,12 +42,12 @@ def test_it_reads_a_reply_without_blocks_as_no_requests() -> None:
     ("body", "expected"),
     [
         ("server: weather\ntool: forecast", ToolRequest("weather", "forecast")),
-        ("tool: forecast", ToolRequest("", "forecast")),  # server is optional
+        ("tool: forecast\nserver: weather", ToolRequest("weather", "forecast")),
         ("  Server :  weather \n TOOL: forecast  ", ToolRequest("weather", "forecast")),
-        ("tool: the forecast\n  of a city", ToolRequest("", "the forecast of a city")),
+        ("server: w\ntool: the forecast\n  of a city", ToolRequest("w", "the forecast of a city")),
         (
-            "tool: convert units, e.g.: km to miles",
-            ToolRequest("", "convert units, e.g.: km to miles"),
+            "server: units\ntool: convert units, e.g.: km to miles",
+            ToolRequest("units", "convert units, e.g.: km to miles"),
         ),
         ("server：天气服务\ntool：查询天气预报", ToolRequest("天气服务", "查询天气预报")),
         (
@@ -62,7 +61,8 @@ def test_it_reads_the_fields_of_a_block(body: str, expected: ToolRequest) -> Non
 
 
 def test_it_accepts_tags_in_any_case() -> None:
-    assert parse_tool_requests("<TOOL_REQUEST>tool: x</Tool_Request>") == [ToolRequest("", "x")]
+    reply = "<TOOL_REQUEST>server: s\ntool: x</Tool_Request>"
+    assert parse_tool_requests(reply) == [ToolRequest("s", "x")]
 
 
 @pytest.mark.parametrize(
@@ -70,8 +70,10 @@ def test_it_accepts_tags_in_any_case() -> None:
     [
         ("<tool_request>server: weather</tool_request>", "'tool:' is missing"),
         ("<tool_request>server: weather\ntool:</tool_request>", "'tool:' is missing or empty"),
+        ("<tool_request>tool: forecast</tool_request>", "'server:' is missing"),
+        ("<tool_request>server:\ntool: forecast</tool_request>", "'server:' is missing or empty"),
         ("<tool_request>\nplease find me a tool\n</tool_request>", "cannot read"),
-        ("<tool_request>tool: a\ntool: b</tool_request>", "given twice"),
+        ("<tool_request>server: s\ntool: a\ntool: b</tool_request>", "given twice"),
         ("<tool_request>tool: forecast", "not closed"),
         ("tool: forecast</tool_request>", "closes no open"),
         ("<tool_request>tool: a</tool_assistant>", "closes no open"),

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
-from planner_app.discovery import RouteMode, RouterSettings, Server, Tool, ToolRouter
+from planner_app.discovery import (
+    Combination,
+    RouteMode,
+    RouterSettings,
+    RoutingCache,
+    Server,
+    Tool,
+    ToolRouter,
+)
 from planner_app.discovery.backends import (
     BackendUnavailable,
     EmbeddingBackend,
@@ -145,7 +154,8 @@ def test_it_splits_identifiers_and_cjk_text_into_terms() -> None:
         "list",
         "issue",
     ]
-    assert analyze("天气预报") == ["天", "气", "预", "报", "天气", "气预", "预报"]
+    chinese = ["天", "气", "预", "报", "天气", "气预", "预报"]
+    assert analyze("天气预报") == [*chinese, "weather", "forecast"]  # + the glossary's words
 
 
 @pytest.mark.parametrize(
@@ -169,7 +179,7 @@ def test_it_adds_pairs_of_adjacent_words_but_not_of_cjk_terms() -> None:
         "weather forecast",
         "forecast city",
     ]
-    assert analyze_with_pairs("天气 forecast") == ["天", "气", "天气", "forecast"]
+    assert analyze_with_pairs("天气 forecast") == ["天", "气", "天气", "weather", "forecast"]
 
 
 def test_it_prefers_the_tool_with_the_requests_words_in_order() -> None:
@@ -192,6 +202,39 @@ def test_it_counts_each_request_term_once() -> None:
     assert repeated == pytest.approx(once)
 
 
+@pytest.mark.parametrize(
+    ("word", "folded"),
+    [
+        ("fetching", "fetch"),
+        ("rounded", "round"),
+        ("creating", "create"),
+        ("created", "create"),
+        ("running", "run"),
+        ("named", "name"),
+        ("calling", "call"),
+        ("string", "string"),
+        ("need", "need"),
+        ("speed", "speed"),
+    ],
+)
+def test_it_folds_ing_and_ed_endings_to_the_base_word(word: str, folded: str) -> None:
+    assert stem(word) == folded
+
+
+def test_it_finds_english_tools_for_a_chinese_request() -> None:
+    servers = (
+        Server("github", "Code hosting.", (Tool("search_repositories", "Search repositories"),)),
+        Server("weather", "Forecasts.", (Tool("get_forecast", "Get weather forecast."),)),
+    )
+    routing = ToolRouter(servers).search("按主题搜索仓库", server="代码托管")
+    assert routing.tool_names[0] == "search_repositories"
+    assert ToolRouter(servers).search_flat("明天的天气预报").tool_names[0] == "get_forecast"
+
+
+def test_it_finds_chinese_tools_for_an_english_request(router: ToolRouter) -> None:
+    assert router.search("air quality of a city").tool_names[0] == "查询空气质量"
+
+
 def test_it_matches_chinese_text_without_spaces(router: ToolRouter) -> None:
     routing = router.search("空气质量怎么样", server="天气")
     assert routing.matches[0].tool == "查询空气质量"
@@ -203,6 +246,17 @@ def test_it_falls_back_to_flat_search_when_no_server_matches() -> None:
     assert routing.mode == RouteMode.FLAT_FALLBACK
     assert routing.servers == ()
     assert routing.matches[0].tool == "get_forecast"
+
+
+def test_it_falls_back_to_flat_search_when_stage_1_misses_the_server() -> None:
+    servers = (
+        Server("github", tools=(Tool("github_search_repos", "Search repositories by keyword."),)),
+        Server("files", "Local files.", (Tool("search_files", "Find files by name."),)),
+    )
+    # "GitHub" is split into "git hub", which names no server: stage 1 finds nothing.
+    routing = ToolRouter(servers).search("search for repositories", server="GitHub")
+    assert routing.mode == RouteMode.FLAT_FALLBACK
+    assert routing.tool_names[0] == "github_search_repos"
 
 
 def test_it_searches_all_tools_in_flat_mode(router: ToolRouter) -> None:
@@ -238,6 +292,89 @@ def test_it_drops_matches_below_the_minimum_score(router: ToolRouter) -> None:
     assert 0 < len(kept) < len(every)
 
 
+def test_it_drops_tools_below_the_default_threshold(router: ToolRouter) -> None:
+    loose = ToolRouter(CATALOGUE, RouterSettings(min_score=0.0))
+    every = loose.search("create an event with attendees").matches
+    kept = router.search("create an event with attendees").matches
+    assert RouterSettings().min_score == 0.1
+    assert kept == tuple(match for match in every if match.score >= 0.1)
+    assert len(kept) < len(every)
+
+
+def test_it_ranks_by_the_product_of_scores_when_asked() -> None:
+    product = ToolRouter(CATALOGUE, RouterSettings(combination="product"))
+    matches = product.search("delete an event", server="calendar").matches
+    assert product.settings.combination == Combination.PRODUCT
+    assert product.settings.min_score == 0.001  # the product's scale is about a cube's
+    assert matches[0].tool == "deleteEvent"
+    for match in matches:
+        s, t = match.server_score, match.tool_score
+        assert match.score == pytest.approx(s * t * max(s, t))
+
+
+def test_the_product_gives_nothing_to_a_tool_that_does_not_match_itself() -> None:
+    weighted = ToolRouter(CATALOGUE, RouterSettings(min_score=0.0)).search("calendar meeting")
+    product = ToolRouter(CATALOGUE, RouterSettings(combination="product", min_score=0.0))
+    assert any(match.tool_score == 0 for match in weighted.matches)  # in by its server alone
+    assert all(match.tool_score > 0 for match in product.search("calendar meeting").matches)
+
+
+def test_it_scores_a_server_by_its_description_or_its_tools_summary_when_asked() -> None:
+    servers = (
+        Server("agenda", "Calendar service.", (Tool("add", "Add an entry."), Tool("drop", "Drop"))),
+        Server("weather", "Forecasts.", (Tool("forecast", "Weather forecast of a city."),)),
+    )
+    joint = ToolRouter(servers).search("calendar")
+    best_of_two = ToolRouter(servers, RouterSettings(server_scoring="max")).search("calendar")
+    assert best_of_two.servers[0][0] == joint.servers[0][0] == "agenda"
+    # Matched on its own name and description alone, not diluted by its tools' words.
+    assert best_of_two.servers[0][1] > joint.servers[0][1]
+    assert best_of_two.tool_names[0] in ("add", "drop")
+
+
+def test_it_answers_a_repeated_request_from_its_cache(router: ToolRouter) -> None:
+    fresh = ToolRouter(CATALOGUE)
+    first = fresh.search("list the events", server="calendar")
+    again = fresh.search("  list the events ", server="calendar")
+    assert (first.cached, again.cached) == (False, True)
+    assert again.matches == first.matches
+    assert (fresh.cache.hits, fresh.cache.misses, len(fresh.cache)) == (1, 1, 1)
+    assert fresh.search_flat("list the events", server="calendar").mode == RouteMode.FLAT
+    assert fresh.search("list the events", server="calendar", limit=2).cached is False
+
+
+def test_the_cache_forgets_the_least_recently_used_request() -> None:
+    cache = RoutingCache(2)
+    routings = {key: ToolRouter(CATALOGUE).search(key) for key in ("file", "event", "issue")}
+    cache.put(("file",), routings["file"])
+    cache.put(("event",), routings["event"])
+    assert cache.get(("file",)) is not None  # now the most recently used
+    cache.put(("issue",), routings["issue"])
+    assert cache.get(("event",)) is None
+    assert cache.get(("file",)) is not None and cache.get(("issue",)) is not None
+    assert len(cache) == 2
+
+
+def test_a_cache_of_size_zero_remembers_nothing() -> None:
+    uncached = ToolRouter(CATALOGUE, RouterSettings(cache_size=0))
+    uncached.search("read a file")
+    assert uncached.search("read a file").cached is False
+    assert len(uncached.cache) == 0
+
+
+def test_it_explains_its_routing_as_json_ready_data(router: ToolRouter) -> None:
+    routing = router.search("delete an event", server="a calendar with events")
+    explained = json.loads(json.dumps(routing.explain()))
+    assert explained["mode"] == "two_stage"
+    assert explained["servers"][0]["server"] == "calendar"
+    assert [s["server"] for s in explained["servers"]] == [name for name, _ in routing.servers]
+    best = explained["tools"][0]
+    assert (best["server"], best["tool"]) == ("calendar", "deleteEvent")
+    assert set(best) == {"server", "tool", "score", "server_score", "tool_score"}
+    assert best["score"] == pytest.approx(routing.matches[0].score, abs=1e-4)
+    assert router.search_flat("read a file").explain()["servers"] == []
+
+
 def test_it_matches_tool_keywords() -> None:
     servers = (
         Server("math", tools=(Tool("calculator", "Evaluate an expression.", ("NumberTheory",)),)),
@@ -270,6 +407,9 @@ def test_settings_default_to_the_issue_values() -> None:
         {"top_tools": 0},
         {"server_threshold": 1.5},
         {"min_score": -0.1},
+        {"combination": "sum"},
+        {"server_scoring": "min"},
+        {"cache_size": -1},
     ],
 )
 def test_settings_refuse_values_that_make_no_sense(bad: dict[str, float]) -> None:
