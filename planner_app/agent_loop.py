@@ -18,7 +18,9 @@ runs the same in a web request, a Celery task or a test. What can go wrong is ca
 
 In active discovery mode the model starts with no tools and asks for them in
 `<tool_request>` blocks (planner_app.discovery reads them and routes them); the tools
-found, among those the agent may call, are offered from the next call on.
+found, among those the agent may call, are offered from the next call on, each once.
+How each request was routed (per-stage scores, the tools found) goes to the event and
+into the trace as a `tool_discovery` span.
 
 Every step is an event (`on_event`), typed and JSON-ready, for a page to stream.
 """
@@ -33,10 +35,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from planner_app.discovery.requests import (
     MAX_TOOL_REQUESTS,
+    ToolRequest,
     ToolRequestError,
     TooManyToolRequests,
     parse_tool_requests,
@@ -171,6 +174,8 @@ class ToolsDiscovered(LoopEvent):
     requests: list[dict[str, str]]
     loaded: list[str]  # new this time
     offered: list[str]  # every tool the model may call now
+    # Per request: how the router found its tools (mode, stage-1 servers, tools with scores).
+    routing: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,15 @@ class Final(LoopEvent):
 # The loop ------------------------------------------------------------------------------
 
 
+class Discovered(Protocol):
+    """The router's answer to one tool request (planner_app.discovery's Routing)."""
+
+    @property
+    def tool_names(self) -> list[str]: ...
+
+    def explain(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class LoopServices:
     """What the loop uses from the site; the Django adapter (planner_app.agents) fills it."""
@@ -204,8 +218,8 @@ class LoopServices:
     record: Callable[[list[dict[str, Any]]], None]
     spiral_rule: SpiralRule = SpiralRule()
     spiral_resolved: Callable[[str], None] = lambda trace_id: None
-    # Active discovery: (what the tool should do, which server) -> tool names, best first.
-    discover: Callable[[str, str], list[str]] | None = None
+    # Active discovery: (what the tool should do, which server) -> the tools found.
+    discover: Callable[[str, str], Discovered] | None = None
 
 
 @dataclass
@@ -342,6 +356,8 @@ class _Task(TaskRecords):
         self.planned_for_request = False
         self.active = False
         self.tool_requests = 0
+        self.tools_loaded = 0
+        self.llm_calls = 0
         self.passive_per_call = 0  # the allowed tools' schema tokens
         self.passive_schema_tokens = 0  # what passive mode would have sent, for comparison
         self.error = ""
@@ -428,30 +444,48 @@ class _Task(TaskRecords):
         if not requests:
             return ""
         self.tool_requests += len(requests)
+        started_at, clock = datetime.now(UTC), time.perf_counter()
         offered = {spec.name for spec in self.tools}
         new: list[ToolSpec] = []
+        found: set[str] = set()  # callable by this agent, new or loaded before
+        routing = []
         for request in requests:
-            for name in self.services.discover(request.tool, request.server):
-                if (
-                    name in self.agent.tools
-                    and name not in offered
-                    and name in self.engine.registry
-                ):
+            discovered = self.services.discover(request.tool, request.server)
+            routing.append(discovered.explain())
+            for name in discovered.tool_names:
+                if name not in self.agent.tools or name not in self.engine.registry:
+                    continue
+                found.add(name)
+                if name not in offered:  # loaded once, however often it is found
                     new.append(self.engine.registry.get(name))
                     offered.add(name)
         self.tools = [*self.tools, *new]
-        if new:
-            listing = "; ".join(f"{spec.llm_name}: {spec.description}" for spec in new)
-            note = f"Tools discovered and loaded ({len(new)} new): {listing}. Call them as tools."
-        else:
-            asked = "; ".join(request.tool for request in requests)
-            note = f"No tools found for: {asked}. Ask in other words, or answer without."
+        self.tools_loaded += len(new)
+        note = self._discovery_note(requests, new, found)
         if over:
             note += f" ({over})"
         self.history.append(Message("user", note))
-        self.emit(ToolsDiscovered([dataclasses.asdict(r) for r in requests],
-                                  [spec.name for spec in new], sorted(offered)))  # fmt: skip
+        asked = [dataclasses.asdict(r) for r in requests]
+        loaded = [spec.name for spec in new]
+        self._record_discovery(started_at, clock, asked, routing, loaded, sorted(offered))
+        self.emit(ToolsDiscovered(asked, loaded, sorted(offered), routing))
         return "served"
+
+    def _discovery_note(
+        self, requests: list[ToolRequest], new: list[ToolSpec], found: set[str]
+    ) -> str:
+        """Return what the model is told about its requests: the tools loaded, or none found."""
+        if not found:
+            asked = "; ".join(request.tool for request in requests)
+            return f"No tools found for: {asked}. Ask in other words, or answer without."
+        listing = "; ".join(f"{spec.llm_name}: {spec.description}" for spec in new)
+        note = f"Tools discovered and loaded ({len(new)} new)"
+        note += f": {listing}." if new else "."
+        before = sorted(found - {spec.name for spec in new})
+        if before:
+            names = ", ".join(self.engine.registry.get(name).llm_name for name in before)
+            note += f" Already loaded: {names}."
+        return f"{note} Call them as tools."
 
     def _should_have_acted(self, reply: LlmReply, choice: str) -> bool:
         """Return whether a reply without tool calls should go to the planner instead."""
@@ -465,6 +499,7 @@ class _Task(TaskRecords):
         """Call the model once, record the call, and return its reply (None: it failed)."""
         started_at, clock = datetime.now(UTC), time.perf_counter()
         schema_tokens = self._schema_tokens() if tools else 0
+        self.llm_calls += 1
         try:
             reply = self.model.complete(self.history, tools, choice)
         except ToolsNotSupported as exc:
@@ -680,13 +715,18 @@ class _Task(TaskRecords):
         return "The model gave no answer. The tool results were:\n" + "\n".join(results)
 
     def _finish(self, content: str, reason: str, iterations: int) -> LoopResult:
+        # The task's metrics (tokens and counts), new with each task.
         tokens = {
             "schema_tokens": self.schema_tokens_sent,
             "passive_schema_tokens": self.passive_schema_tokens,
             "tool_requests": self.tool_requests,
+            "tools_loaded": self.tools_loaded,
             "tool_output_tokens": self.budget.tool_tokens,
             "model_input_tokens": self.usage.input_tokens,
             "model_output_tokens": self.usage.output_tokens,
+            "tokens_used": self.usage.input_tokens + self.usage.output_tokens,
+            "llm_calls": self.llm_calls,
+            "tool_calls": sum(record["ran"] for record in self.records),
         }
         self._record_agent(content, reason, iterations, tokens)
         self.emit(Final(content, reason, self.trace_id, iterations,
@@ -722,6 +762,22 @@ class _Task(TaskRecords):
             span["result"]["tool_calls"] = [_call_dict(call) for call in reply.tool_calls]
         self.store([span])
         return span["latency_ms"]
+
+    def _record_discovery(
+        self,
+        started_at: datetime,
+        clock: float,
+        requests: list[dict[str, str]],
+        routing: list[dict[str, Any]],
+        loaded: list[str],
+        offered: list[str],
+    ) -> None:
+        """Record one round of tool requests as a span: what was asked, how it was routed."""
+        span = self.span("other", started_at, (time.perf_counter() - clock) * 1000)
+        span["tool_name"] = "tool_discovery"
+        span["arguments"] = {"requests": requests}
+        span["result"] = {"routing": routing, "loaded": loaded, "offered": offered}
+        self.store([span])
 
     def _record_agent(self, content: str, reason: str, iterations: int, tokens: dict) -> None:
         latency_ms = (time.perf_counter() - self.clock) * 1000

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -21,6 +21,9 @@ from planner_app.models import Agent
 from tools_app.runtime import get_engine
 from traces_app.schemas import InvocationFromDict
 from traces_app.services import detect_spirals, newest_tool_calls, record_invocations, spiral_rule
+
+if TYPE_CHECKING:
+    from planner_app.discovery.router import Routing
 
 logger = logging.getLogger(__name__)
 
@@ -121,12 +124,12 @@ def record_spans(spans: list[dict[str, Any]]) -> None:
     record_invocations([InvocationFromDict.model_validate(span) for span in spans])
 
 
-def discover_tools(tool: str, server: str) -> list[str]:
-    """Return the names of the tools the router finds for one tool request, best first."""
+def discover_tools(tool: str, server: str) -> Routing:
+    """Return the tools the router finds for one tool request, best first, with its scores."""
     # Imported here: the router loads scikit-learn (~90 MB), only active-mode agents need it.
     from planner_app.discovery.registry import get_router
 
-    return get_router().search(tool, server).tool_names
+    return get_router().search(tool, server)
 
 
 def _settle_spirals(trace_id: str) -> None:

@@ -53,6 +53,21 @@
     item.append(el("div", "step-label", label), el("pre", "payload", pretty(value)));
   }
 
+  // One request's routing: stage 1's servers, then each tool with its combined score and
+  // the server and tool scores it came from.
+  function routingText(routing) {
+    const lines = [routing.mode.replace(/_/g, " ") + (routing.cached ? " (cached)" : "")];
+    if (routing.servers.length) {
+      lines.push("servers: " + routing.servers.map((s) => s.server + " " + s.score.toFixed(3)).join(", "));
+    }
+    routing.tools.forEach((t) => {
+      lines.push(t.tool + " " + t.score.toFixed(3) + " (server " + t.server_score.toFixed(3) +
+        ", tool " + t.tool_score.toFixed(3) + ")");
+    });
+    if (!routing.tools.length) lines.push("no tool above the threshold");
+    return lines.join("\n");
+  }
+
   function traceLink(event) {
     if (!event.trace_url) return;
     const link = document.getElementById("trace-link");
@@ -144,6 +159,7 @@
       ]));
       payload(item, "Asked for", event.requests.map((r) => (r.server || "") + " / " + r.tool).join("\n"));
       payload(item, "Loaded", event.loaded.join(", "));
+      payload(item, "Routing", (event.routing || []).map(routingText).join("\n\n"));
     },
     plan(event) {
       const item = entry("plan", "Plan " + event.attempt);
