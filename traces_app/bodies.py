@@ -1,4 +1,4 @@
-"""Reading request bodies from outside: size-limited, gzip-aware, strict JSON."""
+"""Reading request bodies from outside: size-limited, gzip- and deflate-aware, strict JSON."""
 
 from __future__ import annotations
 
@@ -25,46 +25,56 @@ def read_json_body(request: HttpRequest) -> Any:
     return parse_json(read_body(request))
 
 
+# zlib's window bits for each Content-Encoding we read. HTTP's "deflate" is the zlib
+# format (RFC 9110 8.4.1.2), as the OpenTelemetry exporters and the Collector send it.
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
 def read_body(request: HttpRequest) -> bytes:
-    """Return the request's body, gunzipped, or raise HttpError 400/413/415 saying what is wrong."""
+    """Return the request's body, decompressed, or raise HttpError 400/413/415 saying why."""
     limit = settings.ARES_INGEST_MAX_BODY_BYTES
     try:
         raw = request.body
     except RequestDataTooBig:
         raise HttpError(413, f"request body is larger than {limit} bytes") from None
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding == "gzip":
-        raw = gunzip_bounded(raw, limit)
+    if encoding in _WBITS:
+        raw = decompress_bounded(raw, encoding, limit)
     elif encoding not in ("identity", ""):
-        raise HttpError(415, f"Content-Encoding {encoding!r} is not supported: use gzip or none")
+        raise HttpError(
+            415, f"Content-Encoding {encoding!r} is not supported: use gzip, deflate or none"
+        )
     if len(raw) > limit:
         raise HttpError(413, f"request body is larger than {limit} bytes")
     return raw
 
 
-def gunzip_bounded(raw: bytes, limit: int) -> bytes:
-    """Return gzip data decompressed, refusing more than `limit` bytes (gzip bombs).
+def decompress_bounded(raw: bytes, encoding: str, limit: int) -> bytes:
+    """Return gzip or deflate (zlib) data decompressed, refusing more than `limit` bytes (bombs).
 
     A gzip file may hold several members one after another (RFC 1952, `cat a.gz b.gz`);
-    they are decompressed in turn, as gunzip does.
+    they are decompressed in turn, as gunzip does. A zlib stream is one stream: bytes
+    after its end are refused.
     """
     parts: list[bytes] = []
     size = 0
     while True:
-        decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        decompressor = zlib.decompressobj(wbits=_WBITS[encoding])
         try:
             data = decompressor.decompress(raw, limit - size + 1)
         except zlib.error as exc:
-            raise HttpError(400, f"body is not valid gzip: {exc}") from None
+            raise HttpError(400, f"body is not valid {encoding}: {exc}") from None
         size += len(data)
         if size > limit:
             raise HttpError(413, f"decompressed body is larger than {limit} bytes")
         if not decompressor.eof:
-            raise HttpError(400, "gzip body is truncated")
+            raise HttpError(400, f"{encoding} body is truncated")
         parts.append(data)
         raw = decompressor.unused_data
         if not raw:
             return b"".join(parts)
+        if encoding != "gzip":
+            raise HttpError(400, f"{encoding} body has {len(raw)} bytes after its end")
 
 
 def _refuse_constant(name: str) -> None:
@@ -119,7 +129,7 @@ def nesting_exceeds(document: Any, limit: int) -> bool:
 
 
 class JsonBodyParser(Parser):
-    """Ninja's body parser with our limits, gzip support and clear errors."""
+    """Ninja's body parser with our limits, gzip and deflate support and clear errors."""
 
     def parse_body(self, request: HttpRequest) -> Any:
         return read_json_body(request)

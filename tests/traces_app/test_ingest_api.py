@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import secrets
+import zlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -252,6 +253,20 @@ def test_it_reads_a_gzip_body(api, span):
         "/invocations",
         content=body,
         headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+
+    assert response.status_code == 200, response.text
+    assert Invocation.objects.filter(span_id=sent["span_id"]).exists()
+
+
+def test_it_reads_a_deflate_body(api, span):
+    sent = span()
+    body = zlib.compress(json.dumps({"invocations": [sent]}).encode())
+
+    response = api.post(
+        "/invocations",
+        content=body,
+        headers={"Content-Type": "application/json", "Content-Encoding": "deflate"},
     )
 
     assert response.status_code == 200, response.text

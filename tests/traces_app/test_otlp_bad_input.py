@@ -12,6 +12,7 @@ import gzip
 import json
 import os
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -138,7 +139,7 @@ BAD_BODIES = [
     ),
     pytest.param(valid_body, None, {}, 415, "Content-Type must be", id="no content type"),
     pytest.param(
-        valid_body, PROTOBUF, {"Content-Encoding": "br"}, 415, "use gzip or none",
+        valid_body, PROTOBUF, {"Content-Encoding": "br"}, 415, "use gzip, deflate or none",
         id="unsupported encoding",
     ),
     pytest.param(
@@ -148,6 +149,18 @@ BAD_BODIES = [
     pytest.param(
         lambda: gzip.compress(valid_body())[:-10], PROTOBUF, {"Content-Encoding": "gzip"}, 400,
         "gzip body is truncated", id="truncated gzip",
+    ),
+    pytest.param(
+        lambda: gzip.compress(valid_body()), PROTOBUF, {"Content-Encoding": "deflate"}, 400,
+        "not valid deflate", id="gzip sent as deflate",
+    ),
+    pytest.param(
+        lambda: zlib.compress(valid_body())[:-6], PROTOBUF, {"Content-Encoding": "deflate"}, 400,
+        "deflate body is truncated", id="truncated deflate",
+    ),
+    pytest.param(
+        lambda: zlib.compress(valid_body()) + b"extra", PROTOBUF, {"Content-Encoding": "deflate"},
+        400, "deflate body has 5 bytes after its end", id="deflate with trailing bytes",
     ),
 ]  # fmt: skip
 
@@ -177,10 +190,13 @@ def test_it_refuses_a_body_over_the_limit(post, settings):
     assert not Invocation.objects.exists()
 
 
-def test_it_refuses_a_gzip_bomb(post, settings):
+@pytest.mark.parametrize(
+    ("encoding", "compress"), [("gzip", gzip.compress), ("deflate", zlib.compress)]
+)
+def test_it_refuses_a_compression_bomb(post, settings, encoding, compress):
     settings.ARES_INGEST_MAX_BODY_BYTES = 64 * 1024
 
-    response = post(gzip.compress(b"\0" * 10_000_000), PROTOBUF, **{"Content-Encoding": "gzip"})
+    response = post(compress(b"\0" * 10_000_000), PROTOBUF, **{"Content-Encoding": encoding})
 
     assert response.status_code == 413
     assert "decompressed body is larger" in status_of(response).message

@@ -356,11 +356,12 @@ def test_it_accepts_the_key_in_an_x_api_key_header(sdk_export, make_key):
     assert stored(spans["tool"]).tool_name == "get_weather"
 
 
-def test_it_accepts_gzip_from_the_exporter(sdk_export):
+@pytest.mark.parametrize("compression", [Compression.Gzip, Compression.Deflate])
+def test_it_accepts_a_compressed_export(sdk_export, compression):
     spans: dict[str, Any] = {}
     results = sdk_export(
         lambda tracer: genai_agent_run(tracer, spans, Status(StatusCode.OK)),
-        compression=Compression.Gzip,
+        compression=compression,
     )
 
     assert results == SUCCESS
