@@ -4,6 +4,10 @@ Three dialects of tool and LLM spans are read, in this order: OpenTelemetry GenA
 (`gen_ai.operation.name`), OpenInference (`openinference.span.kind`) and OpenLLMetry
 (`traceloop.span.kind`). Other spans are kept as generic spans of their trace (kind
 "other"), so a trace's waterfall stays whole, but are not counted as tool calls.
+
+A span's agent is its own agent attribute, else the resource's `gen_ai.agent.name`, else
+the name of its nearest agent span (itself included) among the spans of the same export
+request, else the resource's `service.name`.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ _GENAI_LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "embeddi
 _GENAI_AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
 _OPENINFERENCE_KINDS = {"TOOL": "tool", "LLM": "llm", "AGENT": "agent"}
 _OPENLLMETRY_KINDS = {"tool": "tool", "agent": "agent"}
+# OpenLLMetry kinds whose traceloop.entity.name names the agent of the spans below them.
+_OPENLLMETRY_AGENT_KINDS = {"agent", "workflow"}
 _NAME_MAX = 200
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -141,13 +147,72 @@ class SpanReading:
 
 def read_request(request: ExportTraceServiceRequest) -> list[SpanReading]:
     """Return every span of the request, mapped and validated (or rejected) one by one."""
-    readings = []
+    spans = []
     for resource_spans in request.resource_spans:
         resource = attribute_dict(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                readings.append(read_span(span, resource))
-    return readings
+            spans.extend((span, resource) for span in scope_spans.spans)
+    return read_spans(spans)
+
+
+def read_span(span: Span, resource: dict[str, Any]) -> SpanReading:
+    """Map one span, on its own, onto a validated InvocationIn, or say why it cannot be stored."""
+    return read_spans([(span, resource)])[0]
+
+
+@dataclass
+class ParsedSpan:
+    """A span with its attributes read and its dialect recognised: the first pass of a request."""
+
+    span: Span
+    resource: dict[str, Any]
+    attributes: dict[str, Any]
+    dialect: str
+    said: DialectFields
+
+    @property
+    def key(self) -> tuple[bytes, bytes]:
+        return self.span.trace_id, self.span.span_id
+
+
+def read_spans(spans: Iterable[tuple[Span, dict[str, Any]]]) -> list[SpanReading]:
+    """Map spans (each with its resource's attributes) that arrived together, in their order.
+
+    Two passes: every span's attributes first, so that a span can inherit the agent name
+    of an agent span above it that comes later in the request.
+    """
+    read = []
+    for span, resource in spans:
+        attributes = attribute_dict(span.attributes)
+        dialect, said = _read_dialect(attributes, span.name)
+        read.append(ParsedSpan(span, resource, attributes, dialect, said))
+    agents = nearest_agents(read)
+    return [_reading(one, agents[one.key]) for one in read]
+
+
+def nearest_agents(spans: Sequence[ParsedSpan]) -> dict[tuple[bytes, bytes], str]:
+    """Return, per span, the name of its nearest agent span, itself included; "" for none.
+
+    Only the given spans (one export request) are searched, never the database: a parent
+    exported in an earlier request is not found. Each span is walked to once, and a
+    parent loop ends the walk.
+    """
+    by_key = {one.key: one for one in spans}
+    found: dict[tuple[bytes, bytes], str] = {}
+    for start in spans:
+        path: set[tuple[bytes, bytes]] = set()
+        key, name = start.key, ""
+        while key in by_key and key not in found and key not in path:
+            path.add(key)
+            current = by_key[key]
+            if current.said.names_agent:
+                name = current.said.names_agent
+                break
+            key = (current.span.trace_id, current.span.parent_span_id)
+        else:
+            name = found.get(key, "")
+        found.update(dict.fromkeys(path, name))
+    return found
 
 
 def store_readings(readings: Sequence[SpanReading]) -> list[SpanReading]:
@@ -183,13 +248,15 @@ def rejection_summary(rejected: Sequence[SpanReading], total: int, shown: int = 
     return f"{len(rejected)} of {total} spans rejected: " + "; ".join(reasons)[:2000] + more
 
 
-def read_span(span: Span, resource: dict[str, Any]) -> SpanReading:
+def _reading(read: ParsedSpan, inherited_agent: str) -> SpanReading:
     """Map one span onto a validated InvocationIn, or say why it cannot be stored."""
-    attributes = attribute_dict(span.attributes)
-    dialect, dialect_fields = _read_dialect(attributes, span.name)
+    span, resource = read.span, read.resource
     producer = _text(resource.get("service.name")) or UNKNOWN_SERVICE
     reading = SpanReading(
-        trace_id=span.trace_id.hex(), span_id=span.span_id.hex(), producer=producer, dialect=dialect
+        trace_id=span.trace_id.hex(),
+        span_id=span.span_id.hex(),
+        producer=producer,
+        dialect=read.dialect,
     )
     problem = _id_problem(span)
     if problem:
@@ -199,7 +266,7 @@ def read_span(span: Span, resource: dict[str, Any]) -> SpanReading:
     if isinstance(timing, str):
         reading.error = timing
         return reading
-    fields, missing = _invocation_fields(span, attributes, resource, dialect_fields)
+    fields, missing = _invocation_fields(read, inherited_agent)
     fields.update(timing)
     try:
         reading.item = InvocationFromDict.model_validate(fields)
@@ -250,6 +317,7 @@ class DialectFields:
     output_tokens: Any = None
     error_type: Any = None
     agent: Any = None
+    names_agent: str = ""  # the agent this span stands for, inherited by the spans below it
     fallback_name: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -298,6 +366,7 @@ def _read_genai(attributes: dict[str, Any], name: str) -> DialectFields:
         output_tokens=output_tokens,
         error_type=attributes.get("error.type"),
         agent=attributes.get("gen_ai.agent.name"),
+        names_agent=_name(attributes.get("gen_ai.agent.name")) if kind == "agent" else "",
         # GenAI names tool spans "execute_tool {gen_ai.tool.name}".
         fallback_name=name.removeprefix("execute_tool").strip() if kind == "tool" else name,
     )
@@ -322,20 +391,26 @@ def _read_openinference(attributes: dict[str, Any], name: str) -> DialectFields:
         output_tokens=attributes.get("llm.token_count.completion"),
         error_type=attributes.get("exception.type"),
         agent=attributes.get("agent.name"),
+        names_agent=_name(attributes.get("agent.name") or name) if kind == "agent" else "",
         fallback_name=name,
     )
 
 
 def _read_openllmetry(attributes: dict[str, Any], name: str) -> DialectFields:
-    kind = _OPENLLMETRY_KINDS.get(_text(attributes["traceloop.span.kind"]).lower(), "other")
+    span_kind = _text(attributes["traceloop.span.kind"]).lower()
+    kind = _OPENLLMETRY_KINDS.get(span_kind, "other")
     arguments = attributes.get("traceloop.entity.input", _ABSENT)
     if arguments is not _ABSENT:
         arguments = _unwrap_call(_decoded(arguments))
+    names_agent = ""
+    if span_kind in _OPENLLMETRY_AGENT_KINDS:
+        names_agent = _name(attributes.get("traceloop.entity.name"))
     return DialectFields(
         kind=kind,
         tool_name=attributes.get("traceloop.entity.name", _ABSENT),
         arguments=arguments,
         result=attributes.get("traceloop.entity.output"),
+        names_agent=names_agent,
         # OpenLLMetry names tool spans "{name}.tool".
         fallback_name=name.removesuffix(".tool") if kind == "tool" else name,
     )
@@ -356,12 +431,10 @@ def _is_json_schema(value: Any) -> bool:
 
 
 def _invocation_fields(
-    span: Span,
-    attributes: dict[str, Any],
-    resource: dict[str, Any],
-    said: DialectFields,
+    read: ParsedSpan, inherited_agent: str
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Return the InvocationIn fields of a span, and which tool attributes were missing."""
+    span, attributes, resource, said = read.span, read.attributes, read.resource, read.said
     missing = []
     # A name the producer gave is checked as the REST API checks it; a span name we fall
     # back on is made to fit.
@@ -385,6 +458,7 @@ def _invocation_fields(
         "tool_name": tool_name,
         "tool_call_id": _text(said.tool_call_id) if said.tool_call_id is not _ABSENT else "",
         "agent": _text(said.agent or resource.get("gen_ai.agent.name"))
+        or inherited_agent
         or _text(resource.get("service.name")),
         "session_id": _text(
             attributes.get("session.id")

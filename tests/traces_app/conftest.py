@@ -14,7 +14,7 @@ from django.test import Client
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
 PASSWORD = "pw-for-tests-1"
@@ -108,7 +108,8 @@ def sdk_export(otlp_url: str, make_key: Callable[..., str]) -> Callable[..., lis
     """Return a function that makes spans with the OpenTelemetry SDK and exports them to us.
 
     `make_spans(tracer)` creates the spans; they go through the SDK's BatchSpanProcessor
-    and OTLP/HTTP exporter, as in an instrumented agent. Returns the export results.
+    (or `processor`: SimpleSpanProcessor sends each span in a request of its own) and
+    OTLP/HTTP exporter, as in an instrumented agent. Returns the export results.
     """
 
     def export(
@@ -116,6 +117,7 @@ def sdk_export(otlp_url: str, make_key: Callable[..., str]) -> Callable[..., lis
         resource: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         compression: Compression | None = None,
+        processor: type[SpanProcessor] = BatchSpanProcessor,
     ) -> list[SpanExportResult]:
         if headers is None:
             headers = {"Authorization": f"Bearer {make_key('report')}"}
@@ -123,7 +125,7 @@ def sdk_export(otlp_url: str, make_key: Callable[..., str]) -> Callable[..., lis
             endpoint=otlp_url, headers=headers, compression=compression, timeout=30
         )
         provider = TracerProvider(resource=Resource.create(resource or {}))
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(processor(exporter))
         make_spans(provider.get_tracer("ares-tests"))
         provider.shutdown()  # flushes, then stops the processor's thread
         return exporter.results

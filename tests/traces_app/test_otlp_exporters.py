@@ -134,7 +134,7 @@ def test_it_stores_a_genai_llm_span_with_its_tokens_and_model(sdk_export):
     assert chat.model == "gpt-4o"
     assert (chat.input_tokens, chat.output_tokens) == (812, 37)
     assert chat.latency_ms == pytest.approx(450.5)
-    assert chat.agent == "weather-service"  # no gen_ai.agent.name: the service's name
+    assert chat.agent == "weather-bot"  # no agent attribute: the invoke_agent span's above it
     assert stored(spans["agent"]).kind == "agent"
 
 
@@ -244,7 +244,7 @@ def test_it_stores_an_openinference_tool_span_field_by_field(sdk_export, argumen
     assert tool.status == "ok"
     assert tool.started_at == as_datetime(at(301))
     assert tool.latency_ms == pytest.approx(2.5)
-    assert tool.agent == "calc-agent"
+    assert tool.agent == "Agent.run"  # the name of the AGENT span above it
     assert tool.parent_span_id == ids(spans["agent"])[1]
 
 
@@ -428,7 +428,7 @@ def test_it_stores_spans_sent_as_otlp_json(otlp_url, make_key, compressed):
     )  # fmt: skip
     assert tool.started_at == as_datetime(at(202))
     assert tool.parent_span_id == ids(spans["workflow"])[1]
-    assert tool.agent == "json-producer"
+    assert tool.agent == "trip_planner"  # the workflow above it, before the service's name
 
 
 def test_it_stores_a_span_sent_twice_once(otlp_url, make_key):

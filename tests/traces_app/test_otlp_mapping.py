@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from traces_app.otlp import error_kind_slug, read_span
+from traces_app.otlp import error_kind_slug, read_span, read_spans
 
 
 def value(plain: Any) -> AnyValue:
@@ -169,3 +169,15 @@ def test_it_takes_the_agent_and_session_from_the_span_before_the_resource():
     ).item  # fmt: skip
 
     assert (item.agent, item.session_id) == ("from-span", "conv-1")
+
+
+def test_it_ends_the_walk_to_an_agent_at_a_parent_loop():
+    first, second = span({}, name="first"), span({}, name="second")
+    second.trace_id = first.trace_id
+    first.parent_span_id, second.parent_span_id = second.span_id, first.span_id
+    itself = span({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t"})
+    itself.parent_span_id = itself.span_id
+
+    readings = read_spans([(first, RESOURCE), (second, RESOURCE), (itself, RESOURCE)])
+
+    assert [reading.item.agent for reading in readings] == ["mapper"] * 3
