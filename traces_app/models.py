@@ -51,6 +51,15 @@ class Dialect(models.TextChoices):
     OTEL = "otel", "OpenTelemetry, no known dialect"
 
 
+# Short names for the trace list's Source badges.
+DIALECT_BADGES = {
+    Dialect.GENAI: "GenAI",
+    Dialect.OPENINFERENCE: "OpenInference",
+    Dialect.OPENLLMETRY: "OpenLLMetry",
+    Dialect.OTEL: "OTel",
+}
+
+
 class TraceManager(models.Manager):
     def note_dialect(self, trace_ids: Iterable[str], dialect: str) -> int:
         """Record that OTLP spans in `dialect` reported these traces; return how many changed.
@@ -112,6 +121,11 @@ class Trace(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def dialect_badge(self) -> str:
+        """Return a short name of the OTLP dialect that reported it; "" for the REST API."""
+        return DIALECT_BADGES.get(self.dialect, self.dialect)
 
     def recompute_totals(self) -> None:
         """Recount the totals from the stored spans, repairing any drift."""
