@@ -314,6 +314,7 @@ def rescan_spirals(since: datetime, limit: int = 2000) -> int:
 def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Return, per trace, what new spans (with their rows) add: counts, tokens, time range."""
     deltas: dict[str, dict[str, Any]] = {}
+    agent_from_root: set[str] = set()  # traces whose agent came from a root span
     for span, row in spans:
         started_at = row["started_at"]
         ended_at = started_at + timedelta(milliseconds=row["latency_ms"])
@@ -335,7 +336,16 @@ def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[d
                 "cost_usd": 0.0,
                 "tool_latency_ms": 0.0,
             }
-        delta["agent"] = delta["agent"] or row["agent"]
+        # The root span's agent names the trace (a sub-agent's spans may sort first).
+        is_root = not row["parent_span_id"]
+        if (
+            row["agent"]
+            and (not delta["agent"] or is_root)
+            and row["trace_id"] not in agent_from_root
+        ):
+            delta["agent"] = row["agent"]
+            if is_root:
+                agent_from_root.add(row["trace_id"])
         delta["session_id"] = delta["session_id"] or span.session_id
         if not delta["request_text"] and span.request_text:
             delta["request_text"] = bound_text(

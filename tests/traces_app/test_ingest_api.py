@@ -153,6 +153,19 @@ def test_it_keeps_the_first_known_agent_session_and_request(report, span):
     )
 
 
+def test_it_names_a_trace_after_its_root_spans_agent(report, span):
+    trace_id = secrets.token_hex(16)
+    # Span ids sort the sub-agent's call first in the batch; the root still names the trace.
+    sub_agent_call = span(trace_id=trace_id, span_id="0" * 15 + "1", parent_span_id="f" * 16,
+                          agent="researcher")  # fmt: skip
+    root = span(trace_id=trace_id, span_id="f" * 16, agent="planner-bot", kind="agent",
+                tool_name="")  # fmt: skip
+
+    report(sub_agent_call, root)
+
+    assert trace_totals(trace_id)["agent"] == "planner-bot"
+
+
 def test_it_stores_the_valid_items_of_a_mixed_batch(report, span):
     good = [span(), span()]
     bad = [span(latency_ms=-1), span(started_at="yesterday")]
