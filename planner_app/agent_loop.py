@@ -44,8 +44,14 @@ from planner_app.discovery.requests import (
     TooManyToolRequests,
     parse_tool_requests,
 )
-from planner_app.llm.client import ChatModel
-from planner_app.llm.messages import LlmError, LlmReply, Message, ToolsNotSupported, Usage
+from planner_app.llm.messages import (
+    ChatModel,
+    LlmError,
+    LlmReply,
+    Message,
+    ToolsNotSupported,
+    Usage,
+)
 from planner_app.token_budget import TokenBudget
 from tools_app.engine import CallContext, ToolEngine
 from tools_app.formatting import estimate_tokens, format_error

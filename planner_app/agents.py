@@ -15,8 +15,7 @@ from django.db import transaction
 
 from planner_app import bridge
 from planner_app.agent_loop import AgentSpec, LoopEvent, LoopResult, LoopServices, run_agent_loop
-from planner_app.llm.client import OpenAICompatibleModel
-from planner_app.llm.messages import LlmNotConfigured, Message
+from planner_app.llm.messages import ChatModel, LlmNotConfigured, Message
 from planner_app.models import Agent
 from tools_app.runtime import get_engine
 from traces_app.schemas import InvocationFromDict
@@ -53,8 +52,11 @@ def model_name(agent: Agent) -> str:
     return agent.model or settings.ARES_LLM_MODEL
 
 
-def chat_model(agent: Agent) -> OpenAICompatibleModel:
+def chat_model(agent: Agent) -> ChatModel:
     """Return the agent's model at its endpoint; LlmNotConfigured says how to set one."""
+    # Imported here: the openai SDK costs each process ~15 MB, and ingest never needs it.
+    from planner_app.llm.client import OpenAICompatibleModel
+
     problem = llm_problem(agent)
     if problem:
         raise LlmNotConfigured(problem)

@@ -43,8 +43,7 @@ from planner_app.agent_loop import (
 )
 from planner_app.agents import chat_model, record_spans
 from planner_app.bridge import BridgeResult
-from planner_app.llm.client import ChatModel
-from planner_app.llm.messages import LlmError, LlmReply, Message, Usage
+from planner_app.llm.messages import ChatModel, LlmError, LlmReply, Message, Usage
 from planner_app.models import Agent
 from planner_app.replan import (
     PLAN_INSTRUCTIONS,

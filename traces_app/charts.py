@@ -10,22 +10,30 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io.json import to_json_plotly
 
-# plotly_white's layout part, read once: go.Figure(template="plotly_white") deep-copies and
-# validates the whole template on every figure (~45 ms each, most of a page's time).
-WHITE = pio.templates["plotly_white"].layout.to_plotly_json()
-BASE_LAYOUT: dict[str, Any] = {
-    "template": {"layout": WHITE},
+LAYOUT: dict[str, Any] = {
     "height": 300,
     "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
     "hovermode": "x unified",
     "legend": {"orientation": "h", "y": -0.25},
 }
+
+
+@cache
+def white_template() -> dict[str, Any]:
+    """Return plotly_white's layout part, read once, on the first chart.
+
+    Not at import: reading it loads plotly's figure classes (~13 MB), which a process that
+    only ingests spans never needs. And not per figure: go.Figure(template="plotly_white")
+    deep-copies and validates the whole template each time (~45 ms, most of a page's time).
+    """
+    return {"layout": pio.templates["plotly_white"].layout.to_plotly_json()}
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,6 @@ def make_chart(
     # The traces and layout are validated by plotly as they are built; the figure is their JSON.
     figure = {
         "data": [trace.to_plotly_json() for trace in traces],
-        "layout": {**BASE_LAYOUT, **go.Layout(**layout).to_plotly_json()},
+        "layout": {"template": white_template(), **LAYOUT, **go.Layout(**layout).to_plotly_json()},
     }
     return Chart(chart_id, title, json.loads(to_json_plotly(figure)), list(columns), list(rows))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Protocol
 
 import openai
 
@@ -24,16 +23,6 @@ _NO_TOOLS = re.compile(
     r"|tool.?choice.{0,40}requires|--enable-auto-tool-choice|--jinja|function calling is not",
     re.IGNORECASE,
 )
-
-
-class ChatModel(Protocol):
-    """What the loop needs of a model: one completion for messages and tools."""
-
-    model: str
-
-    def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
-    ) -> LlmReply: ...
 
 
 class OpenAICompatibleModel:

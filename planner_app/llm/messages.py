@@ -8,10 +8,11 @@ it did not, so that the engine answers with a precise `invalid_arguments` result
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from tools_app.specs import ToolCall
+from tools_app.specs import ToolCall, ToolSpec
 
 
 class LlmError(Exception):
@@ -91,3 +92,13 @@ def encode_arguments(arguments: Any) -> str:
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+
+
+class ChatModel(Protocol):
+    """What the loop needs of a model: one completion for messages and tools."""
+
+    model: str
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
+    ) -> LlmReply: ...
