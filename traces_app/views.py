@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
@@ -20,20 +22,29 @@ PAGE_SIZE = 50
 @staff_member_required
 def traces(request: HttpRequest) -> HttpResponse:
     """List the traces of a time range that pass the filters, newest first, a page at a time."""
+    context = _filtered_page(request, TraceFilterForm, Trace.objects.all())
+    context.update(
+        rows=timeline.trace_rows(context["page"].rows),
+        agents=_known(SpanRollup, "agent", context["time_range"]),
+        tools=_known(ToolRollup, "tool_name", context["time_range"]),
+    )
+    return render(request, "traces_app/traces.html", context)
+
+
+def _filtered_page(
+    request: HttpRequest, form_class: type[TraceFilterForm | SpiralFilterForm], rows: QuerySet
+) -> dict[str, Any]:
+    """Return a list page's context: its range, filter form and errors, and one page of rows."""
     context = range_context(request.GET, timezone.now())
-    form = TraceFilterForm(request.GET)
-    found = form.filter(Trace.objects.all(), context["time_range"])
-    page, cursor_error = _page(found, request.GET)
+    form = form_class(request.GET)
+    page, cursor_error = _page(form.filter(rows, context["time_range"]), request.GET)
     context.update(
         form=form,
         filter_errors=error_messages(form) + cursor_error,
         page=page,
         page_query=_without_cursor(request),
-        rows=timeline.trace_rows(page.rows),
-        agents=_known(SpanRollup, "agent", context["time_range"]),
-        tools=_known(ToolRollup, "tool_name", context["time_range"]),
     )
-    return render(request, "traces_app/traces.html", context)
+    return context
 
 
 @staff_member_required
@@ -57,17 +68,8 @@ def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
 @staff_member_required
 def spirals(request: HttpRequest) -> HttpResponse:
     """List the failure spirals of a time range that pass the filters, newest first."""
-    context = range_context(request.GET, timezone.now())
-    form = SpiralFilterForm(request.GET)
-    found = form.filter(FailureSpiral.objects.all(), context["time_range"])
-    page, cursor_error = _page(found, request.GET)
-    context.update(
-        form=form,
-        filter_errors=error_messages(form) + cursor_error,
-        page=page,
-        page_query=_without_cursor(request),
-        tools=_known(ToolRollup, "tool_name", context["time_range"]),
-    )
+    context = _filtered_page(request, SpiralFilterForm, FailureSpiral.objects.all())
+    context["tools"] = _known(ToolRollup, "tool_name", context["time_range"])
     return render(request, "traces_app/spirals.html", context)
 
 
