@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
-from ninja.errors import AuthenticationError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from planner_app.api import router as planner_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
-from traces_app.bodies import JsonBodyParser
+from traces_app.api_errors import RETRY_AFTER_SECONDS, database_is_busy, document_errors
+from traces_app.bodies import JsonBodyParser, read_json_body
 
 logger = logging.getLogger(__name__)
 
-api = NinjaAPI(
+
+class AresApi(NinjaAPI):
+    """The API, whose OpenAPI schema describes each error status and its headers."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        return document_errors(super().get_openapi_schema(**kwargs))
+
+
+api = AresApi(
     title="ARES Console API",
     version="1",
     description=(
@@ -42,8 +54,28 @@ def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpRe
     return response
 
 
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # Ninja answers whatever the body parser raises with 400 "Cannot parse request body";
+    # the parser's own error (413, 415, 422 for a non-object...) says what is wrong.
+    if isinstance(exc.__cause__, HttpError):
+        exc = exc.__cause__
+    return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return on_http_error(request, HttpError(413, f"request body is larger than {limit} bytes"))
+
+
 @api.exception_handler(ValidationError)
 def on_invalid_request(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    if _body_is_missing(exc):
+        try:  # ninja skips the parser when there is no body; say what the parser would
+            read_json_body(request)
+        except HttpError as problem:
+            return on_http_error(request, problem)
     errors = []
     for error in exc.errors:
         location = [str(part) for part in error.get("loc", ())]
@@ -54,14 +86,26 @@ def on_invalid_request(request: HttpRequest, exc: ValidationError) -> HttpRespon
     return api.create_response(request, {"detail": detail, "errors": errors}, status=422)
 
 
+def _body_is_missing(exc: ValidationError) -> bool:
+    """Return whether the request had no body where the operation requires one."""
+    return any(
+        error.get("type") == "missing"
+        and tuple(error.get("loc", ()))[:1] == ("body",)
+        and len(error.get("loc", ())) == 2
+        for error in exc.errors
+    )
+
+
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def on_database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.error("database unavailable: %s", exc)
-    response = api.create_response(
-        request, {"detail": "database unavailable; nothing was stored, retry later"}, status=503
-    )
-    response["Retry-After"] = "5"
+    if database_is_busy(exc):
+        status, detail = 429, "database busy; nothing was stored, retry later"
+    else:
+        status, detail = 503, "database unavailable; nothing was stored, retry later"
+    response = api.create_response(request, {"detail": detail}, status=status)
+    response["Retry-After"] = RETRY_AFTER_SECONDS
     return response
 
 

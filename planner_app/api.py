@@ -14,6 +14,7 @@ from planner_app.llm.messages import LlmNotConfigured, Message
 from planner_app.models import Agent
 from planner_app.services import plan_request
 from tools_app.engine import CallContext
+from traces_app.api_errors import WITH_BODY, responses
 from traces_app.auth import ApiKeyAuth
 from traces_app.schemas import NAME_PATTERN, TRACE_ID_PATTERN
 
@@ -34,13 +35,21 @@ class ExecuteIn(Schema):
     agent: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
 
 
-@router.post("/plan", auth=ApiKeyAuth("plan"), summary="Plan a request, with the explanation")
+@router.post(
+    "/plan",
+    auth=ApiKeyAuth("plan"),
+    response=responses(dict[str, Any], *WITH_BODY),
+    summary="Plan a request, with the explanation",
+)
 def create_plan(request: HttpRequest, payload: PlanIn) -> dict[str, Any]:
     return plan_request(payload.request).as_dict()
 
 
 @router.post(
-    "/execute", auth=ApiKeyAuth("execute"), summary="Run a tool or a request through the Bridge"
+    "/execute",
+    auth=ApiKeyAuth("execute"),
+    response=responses(dict[str, Any], *WITH_BODY),
+    summary="Run a tool or a request through the Bridge",
 )
 def execute_through_bridge(request: HttpRequest, payload: ExecuteIn) -> dict[str, Any]:
     """Run the named tool, or plan from the request when there is none or it is unknown."""
@@ -112,7 +121,7 @@ class ChatFailedOut(Schema):
 @router.post(
     "/chat",
     auth=ApiKeyAuth("chat"),
-    response={200: ChatOut, 502: ChatFailedOut},
+    response=responses(ChatOut, *WITH_BODY, 404, others={502: ChatFailedOut}),
     summary="Send a conversation to an agent; get its answer, the trace and the tokens used",
 )
 def chat_with_agent(request: HttpRequest, payload: ChatIn) -> Status:

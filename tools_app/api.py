@@ -12,12 +12,15 @@ from tools_app.engine import CallContext
 from tools_app.runtime import get_engine
 from tools_app.schemas import ExecuteIn, ToolOut, ToolResultOut
 from tools_app.specs import ToolCall, ToolSpec
+from traces_app.api_errors import WITH_BODY, responses
 from traces_app.auth import ApiKeyAuth, key_or_staff
 
 router = Router(tags=["tools"])
 
 
-@router.get("/tools", auth=key_or_staff("read"), response=list[ToolOut], summary="List tools")
+@router.get(
+    "/tools", auth=key_or_staff("read"), response=responses(list[ToolOut]), summary="List tools"
+)
 def list_tools(request: HttpRequest, include_disabled: bool = False) -> list[dict[str, Any]]:
     specs = get_engine().registry.list(enabled_only=not include_disabled)
     return [_contract(spec) for spec in specs]
@@ -32,7 +35,7 @@ def _contract(spec: ToolSpec) -> dict[str, Any]:
 @router.post(
     "/tools/{name}/execute",
     auth=ApiKeyAuth("execute"),
-    response=ToolResultOut,
+    response=responses(ToolResultOut, *WITH_BODY),
     summary="Execute a tool: validated, limited, timed out, retried and recorded",
 )
 def execute_tool(request: HttpRequest, name: str, payload: ExecuteIn) -> dict[str, Any]:

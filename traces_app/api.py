@@ -17,6 +17,7 @@ from ninja.errors import HttpError
 from ninja.renderers import JSONRenderer
 from pydantic import ValidationError
 
+from traces_app.api_errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.auth import ApiKeyAuth, key_or_staff
 from traces_app.bodies import read_json_body
 from traces_app.models import Invocation, OtlpProducer, Trace, tool_stats, traces_holding
@@ -58,7 +59,8 @@ _BATCH_SCHEMA = {
 @router.post(
     "/invocations",
     auth=ApiKeyAuth("report"),
-    response={200: BatchOut, 422: BatchOut},
+    # A 422 is a BatchOut when every item was rejected, the shared error for a bad envelope.
+    response=responses(BatchOut, *WITH_BODY, others={422: BatchOut | InvalidRequestOut}),
     summary="Report a batch of spans (tool calls, LLM calls)",
     openapi_extra={
         "requestBody": {
@@ -195,7 +197,9 @@ def paginate_by_start(queryset: QuerySet, page: PageQuery) -> tuple[list[Any], s
     return found.rows, found.next_cursor
 
 
-@router.get("/traces", auth=key_or_staff("read"), response=TracePage, summary="List traces")
+@router.get(
+    "/traces", auth=key_or_staff("read"), response=responses(TracePage), summary="List traces"
+)
 def list_traces(
     request: HttpRequest, filters: Query[TraceFilter], page: Query[PageQuery]
 ) -> dict[str, Any]:
@@ -206,7 +210,7 @@ def list_traces(
 @router.get(
     "/traces/{trace_id}",
     auth=key_or_staff("read"),
-    response=TraceDetailOut,
+    response=responses(TraceDetailOut, 404),
     summary="One trace with its spans",
 )
 def get_trace(request: HttpRequest, trace_id: str) -> Trace:
@@ -222,7 +226,10 @@ def _is_trace_id(value: str) -> bool:
 
 
 @router.get(
-    "/invocations", auth=key_or_staff("read"), response=InvocationPage, summary="List spans"
+    "/invocations",
+    auth=key_or_staff("read"),
+    response=responses(InvocationPage),
+    summary="List spans",
 )
 def list_invocations(
     request: HttpRequest, filters: Query[InvocationFilter], page: Query[PageQuery]
@@ -235,7 +242,7 @@ def list_invocations(
 @router.get(
     "/tools/stats",
     auth=key_or_staff("read"),
-    response=ToolStatsWindowOut,
+    response=responses(ToolStatsWindowOut),
     summary="Per-tool calls, success rate, p50/p95 latency and tokens over a window",
 )
 def get_tool_stats(
@@ -251,7 +258,7 @@ def get_tool_stats(
 @router.get(
     "/otlp/producers",
     auth=key_or_staff("read"),
-    response=list[OtlpProducerOut],
+    response=responses(list[OtlpProducerOut]),
     summary="OpenTelemetry producers and their tool spans that arrived missing attributes",
 )
 def list_otlp_producers(request: HttpRequest, name: str | None = None) -> QuerySet:

@@ -18,11 +18,14 @@ MAX_JSON_DEPTH = 100
 
 
 def read_json_body(request: HttpRequest) -> Any:
-    """Return the request's JSON body, or raise HttpError 400/413/415 saying what is wrong."""
+    """Return the request's JSON body, or raise HttpError 400/413/415/422 saying what is wrong."""
+    raw = read_body(request)
+    if not raw:  # whatever the Content-Type says (servers may fill in text/plain)
+        raise HttpError(422, "a JSON object body is required (Content-Type: application/json)")
     if request.content_type != "application/json":
         got = request.content_type or "none"
         raise HttpError(415, f"Content-Type must be application/json, got {got}")
-    return parse_json(read_body(request))
+    return parse_json(raw)
 
 
 # zlib's window bits for each Content-Encoding we read. HTTP's "deflate" is the zlib
@@ -128,8 +131,34 @@ def nesting_exceeds(document: Any, limit: int) -> bool:
     return False
 
 
+def read_json_object(request: HttpRequest) -> dict[str, Any]:
+    """Return the request's JSON body, which must be an object, or raise HttpError saying why.
+
+    Ninja would read an array or a scalar as an object whose fields are all missing, so
+    a body of only optional fields (`[null, null]`) would run with the defaults.
+    """
+    document = read_json_body(request)
+    if not isinstance(document, dict):
+        raise HttpError(422, f"body must be a JSON object {{...}}, got {json_type(document)}")
+    return document
+
+
+def json_type(value: Any) -> str:
+    """Return the JSON name of a parsed value's type: 'an array', 'a string', 'null', ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {list: "an array", str: "a string", dict: "an object"}[type(value)]
+
+
 class JsonBodyParser(Parser):
-    """Ninja's body parser with our limits, gzip and deflate support and clear errors."""
+    """Ninja's body parser: our limits, gzip and deflate, clear errors, objects only.
+
+    Every body the API's operations take is an object; anything else is a 422.
+    """
 
     def parse_body(self, request: HttpRequest) -> Any:
-        return read_json_body(request)
+        return read_json_object(request)

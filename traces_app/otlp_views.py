@@ -12,6 +12,7 @@ from google.rpc.status_pb2 import Status
 from ninja.errors import AuthenticationError, HttpError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from traces_app.api_errors import RETRY_AFTER_SECONDS, database_is_busy
 from traces_app.auth import ApiKeyAuth
 from traces_app.bodies import read_body
 from traces_app.otlp import (
@@ -30,10 +31,6 @@ logger = logging.getLogger(__name__)
 _report_key = ApiKeyAuth("report")
 # google.rpc.Code of each HTTP status we answer with, for the Status body.
 _GRPC_CODES = {400: 3, 401: 16, 403: 7, 413: 3, 415: 3, 429: 8, 500: 13, 503: 14}
-# PostgreSQL refusing for load, not for being down: too many connections, lock not
-# available, statement timeout.
-_BUSY_SQLSTATES = {"53300", "55P03", "57014"}
-RETRY_AFTER_SECONDS = "5"
 
 
 @csrf_exempt
@@ -54,7 +51,7 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return status_response(exc.status_code, str(exc), encoding)
     except (OperationalError, InterfaceError) as exc:
         logger.error("database unavailable during OTLP export: %s", exc)
-        if _is_busy(exc):
+        if database_is_busy(exc):
             return status_response(429, "database busy; nothing was stored, retry later", encoding)
         return status_response(
             503, "database unavailable; nothing was stored, retry later", encoding
@@ -91,10 +88,3 @@ def status_response(status: int, message: str, encoding: str) -> HttpResponse:
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="ares"'
     return response
-
-
-def _is_busy(exc: Exception) -> bool:
-    """Return whether the database refused for load (locked, full) rather than being down."""
-    if getattr(exc.__cause__, "sqlstate", None) in _BUSY_SQLSTATES:
-        return True
-    return "database is locked" in str(exc) or "database table is locked" in str(exc)

@@ -69,7 +69,7 @@ BAD_BODIES = [
         "not UTF-8: byte 0xe9 at offset 31",
         id="latin-1 bytes",
     ),
-    pytest.param(lambda span: b"", JSON, 400, "body is empty", id="empty body"),
+    pytest.param(lambda span: b"", JSON, 422, "a JSON object body is required", id="empty body"),
     pytest.param(lambda span: b"  \n\t ", JSON, 400, "body is empty", id="whitespace body"),
     pytest.param(
         lambda span: with_raw_field(span, "latency_ms", "NaN"),

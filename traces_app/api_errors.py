@@ -1,0 +1,100 @@
+"""The REST API's error answers: one body shape, one table of statuses, used by every router.
+
+Every error the API gives is `{"detail": "..."}` (a request that fails validation adds
+`errors`, one field and reason each). Operations declare which statuses they can answer
+with `responses(...)`, so the OpenAPI schema lists them all, with their bodies.
+"""
+
+from __future__ import annotations
+
+from http.client import responses as HTTP_REASONS
+from typing import Any
+
+from django.db import Error as DatabaseError
+from ninja import Field, Schema
+
+from traces_app.schemas import FieldError
+
+RETRY_AFTER_SECONDS = "5"
+# PostgreSQL refusing for load, not for being down: too many connections, lock not
+# available, statement timeout.
+_BUSY_SQLSTATES = {"53300", "55P03", "57014"}
+
+
+class ErrorOut(Schema):
+    detail: str = Field(description="What went wrong, in words a developer can act on")
+
+
+class InvalidRequestOut(ErrorOut):
+    errors: list[FieldError] = Field(
+        default=[], description="Each field that failed validation and why (when known)"
+    )
+
+
+# Why each status is answered; the schema shows it as the response's description.
+ERRORS: dict[int, tuple[type[Schema], str]] = {
+    400: (ErrorOut, "The body is not JSON (or not UTF-8, nested too deep, badly compressed)"),
+    401: (ErrorOut, "No API key, or one that is invalid, expired or revoked"),
+    403: (ErrorOut, "The API key lacks the scope this operation needs"),
+    404: (ErrorOut, "Nothing with that id or name"),
+    413: (ErrorOut, "The body (or its decompressed form) is larger than the limit"),
+    415: (ErrorOut, "Content-Type is not application/json, or an unsupported Content-Encoding"),
+    422: (InvalidRequestOut, "A parameter or the body is invalid, or the body is not an object"),
+    429: (ErrorOut, "The database is busy (locked); nothing was stored. Retry after Retry-After"),
+    503: (
+        ErrorOut,
+        "The database (or, for chat, the LLM) is unavailable; nothing was stored. "
+        "Retry after Retry-After",
+    ),
+}
+# Every operation checks an API key in the database, whose write lock or absence may answer.
+AUTHENTICATED = (401, 403, 422, 429, 503)
+# Statuses the JSON body reader adds (traces_app.bodies).
+WITH_BODY = (400, 413, 415, 422)
+
+
+def responses(ok: Any, *statuses: int, others: dict[int, Any] | None = None) -> dict[int, Any]:
+    """Return ninja's `response=` table: `ok` for 200, then the shared error bodies.
+
+    The statuses are those every authenticated operation can answer, plus `statuses`;
+    `others` gives the body of a status the shared table lacks or this operation shapes
+    differently (a 502 of the chat, a 422 that may also be a BatchOut).
+    """
+    table: dict[int, Any] = {200: ok}
+    for status in sorted({*AUTHENTICATED, *statuses}):
+        table[status] = ERRORS[status][0]
+    table.update(others or {})
+    return table
+
+
+def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """Add each error's description and headers (Retry-After, WWW-Authenticate) to a schema."""
+    headers = {
+        401: {"WWW-Authenticate": 'Bearer realm="ares": how to authenticate'},
+        429: {"Retry-After": f"Seconds to wait before retrying ({RETRY_AFTER_SECONDS})"},
+        503: {"Retry-After": f"Seconds to wait before retrying ({RETRY_AFTER_SECONDS})"},
+    }
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for status, answer in operation.get("responses", {}).items():
+                status = int(status)
+                if status in ERRORS and answer.get("description") in (None, "", _default(status)):
+                    answer["description"] = ERRORS[status][1]
+                for name, meaning in headers.get(status, {}).items():
+                    answer.setdefault("headers", {})[name] = {
+                        "description": meaning,
+                        "schema": {"type": "string"},
+                    }
+    return schema
+
+
+def _default(status: int) -> str:
+    """Return the description ninja gives a status: its HTTP reason phrase."""
+    return HTTP_REASONS.get(status, "Unknown Status Code")
+
+
+def database_is_busy(exc: DatabaseError) -> bool:
+    """Return whether the database refused for load (locked, full) rather than being down."""
+    if getattr(exc.__cause__, "sqlstate", None) in _BUSY_SQLSTATES:
+        return True
+    return "database is locked" in str(exc) or "database table is locked" in str(exc)
