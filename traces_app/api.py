@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from django.conf import settings
@@ -21,11 +21,12 @@ from traces_app.api_errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.auth import ApiKeyAuth, key_or_staff
 from traces_app.bodies import read_json_body
 from traces_app.models import Invocation, OtlpProducer, Trace, tool_stats, traces_holding
-from traces_app.paging import BadCursor, aware, keyset_page
+from traces_app.paging import BadCursor, keyset_page
 from traces_app.schemas import (
     TRACE_ID_PATTERN,
     BatchOut,
     FieldError,
+    FilterMoment,
     InvocationFromDict,
     InvocationIn,
     InvocationOut,
@@ -162,8 +163,12 @@ class PageQuery(Schema):
 class TimeFilter(FilterSchema):
     agent: str | None = None
     status: str | None = None
-    since: Annotated[datetime | None, FilterLookup("started_at__gte")] = None
-    until: Annotated[datetime | None, FilterLookup("started_at__lt")] = None
+    since: Annotated[FilterMoment | None, FilterLookup("started_at__gte")] = Field(
+        None, description="From this moment on (ISO 8601; UTC without a zone)"
+    )
+    until: Annotated[FilterMoment | None, FilterLookup("started_at__lt")] = Field(
+        None, description="Before this moment (ISO 8601; UTC without a zone)"
+    )
 
 
 class TraceFilter(TimeFilter):
@@ -246,10 +251,10 @@ def list_invocations(
     summary="Per-tool calls, success rate, p50/p95 latency and tokens over a window",
 )
 def get_tool_stats(
-    request: HttpRequest, since: datetime | None = None, until: datetime | None = None
+    request: HttpRequest, since: FilterMoment | None = None, until: FilterMoment | None = None
 ) -> dict[str, Any]:
-    until = aware(until) if until else timezone.now()
-    since = aware(since) if since else until - timedelta(hours=24)
+    until = until or timezone.now()
+    since = since or until - timedelta(hours=24)
     if since >= until:
         raise HttpError(422, "since must be before until")
     return {"since": since, "until": until, "tools": tool_stats(since, until)}

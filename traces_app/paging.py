@@ -17,6 +17,12 @@ from django.core.exceptions import ValidationError
 from django.db.models import Model, Q, QuerySet
 from django.utils import timezone
 
+# The moments a read filter may name, in UTC: a day inside datetime's years 1 to 9999, so
+# that a filter end, a default window (until - 24h) or an hour bucket around it never
+# overflows. Both databases hold every moment between them.
+EARLIEST_FILTER = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_FILTER = datetime(9999, 12, 30, tzinfo=UTC)
+
 
 class BadCursor(ValueError):
     """A cursor that this site did not hand out (or that was edited)."""
@@ -39,8 +45,8 @@ def decode_cursor(cursor: str, model: type[Model]) -> tuple[datetime, Any]:
     """Return the (started_at, pk) a cursor points at, or raise BadCursor."""
     try:
         started_at, pk = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
-        moment = datetime.fromisoformat(started_at)
-        return aware(moment), model._meta.pk.to_python(pk)
+        moment = filter_moment(datetime.fromisoformat(started_at))
+        return moment, model._meta.pk.to_python(pk)
     except (ValueError, binascii.Error, UnicodeError, ValidationError):
         raise BadCursor("cursor is not one this site handed out") from None
 
@@ -48,6 +54,25 @@ def decode_cursor(cursor: str, model: type[Model]) -> tuple[datetime, Any]:
 def aware(moment: datetime) -> datetime:
     """Return the datetime, read as UTC when it came without a time zone."""
     return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
+
+
+def filter_moment(moment: datetime) -> datetime:
+    """Return a filter's moment in UTC (UTC when it has no zone), or raise ValueError.
+
+    PostgreSQL refuses a UTC offset beyond +/-15:59 (Python allows +/-23:59), and a
+    moment near year 1 or 9999 can leave datetime's range once moved to UTC; both would
+    fail the query with a 500, so they are normalized or refused here.
+    """
+    try:
+        moment = aware(moment).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{moment.isoformat()} is out of range once converted to UTC") from None
+    if not EARLIEST_FILTER <= moment <= LATEST_FILTER:
+        raise ValueError(
+            f"{moment.isoformat()} is out of range: use a moment between "
+            f"{EARLIEST_FILTER:%Y-%m-%d} and {LATEST_FILTER:%Y-%m-%d} UTC"
+        )
+    return moment
 
 
 def keyset_page(

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
+from traces_app.paging import filter_moment
+
 PRESETS: dict[str, tuple[timedelta, str]] = {
     "1h": (timedelta(hours=1), "last hour"),
     "6h": (timedelta(hours=6), "last 6 hours"),
@@ -94,7 +96,10 @@ def _moment(params: Mapping[str, str], key: str) -> datetime:
         moment = datetime.fromisoformat(raw)
     except ValueError:
         raise ValueError(f"{key}: {raw[:40]!r} is not an ISO 8601 date or time") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:
+        return filter_moment(moment)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
 
 
 def range_context(params: Mapping[str, str], now: datetime) -> dict[str, object]:

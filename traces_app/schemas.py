@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from django.utils import timezone
 from ninja import Schema
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -17,7 +18,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
+from traces_app.paging import filter_moment
 from traces_app.redaction import storable_text
 
 TRACE_ID_PATTERN = r"^[0-9a-fA-F]{32}$"
@@ -92,6 +95,11 @@ class InvocationIn(Schema):
     def _started_at(cls, value: datetime) -> datetime:
         if value.tzinfo is None:
             raise ValueError("started_at needs a time zone, e.g. 2026-01-31T12:00:00Z")
+        # Stored in UTC: PostgreSQL refuses offsets beyond +/-15:59, which ISO 8601 allows.
+        try:
+            value = value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("started_at is out of range once converted to UTC") from None
         if value < EARLIEST:
             raise ValueError("started_at is before 2000-01-01: is it in seconds, not ms?")
         skew = timedelta(seconds=settings.ARES_MAX_CLOCK_SKEW_SECONDS)
@@ -142,6 +150,17 @@ class InvocationFromDict(InvocationIn):
         cls, values: Any, handler: ModelWrapValidatorHandler[InvocationIn], info: ValidationInfo
     ) -> InvocationIn:
         return handler(values)
+
+
+def _filter_moment(value: datetime) -> datetime:
+    try:
+        return filter_moment(value)
+    except ValueError as exc:
+        raise PydanticCustomError("datetime_range", str(exc)) from None
+
+
+FilterMoment = Annotated[datetime, AfterValidator(_filter_moment)]
+"""A read filter's moment: an ISO 8601 date-time, read as UTC without a zone, in UTC after."""
 
 
 class FieldError(Schema):
