@@ -150,13 +150,13 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Run by `celery -A ares_site beat`: catch up rollups every minute (covers spans whose
-# refresh was lost or skipped) and re-scan recent traces for spirals every minute, purge
-# old raw spans once a day.
+# Run by `celery -A ares_site beat`: recount marked rollups every ARES_ROLLUP_BEAT_S,
+# re-scan recent traces for spirals every minute, purge old raw spans once a day.
+ARES_ROLLUP_BEAT_S = env_float("ARES_ROLLUP_BEAT_S", 2.0, minimum=0.5)
 CELERY_BEAT_SCHEDULE = {
-    "refresh-recent-rollups": {
-        "task": "traces_app.tasks.refresh_rollups_task",
-        "schedule": 60.0,
+    "recount-marked-rollups": {
+        "task": "traces_app.tasks.recount_rollups_task",
+        "schedule": ARES_ROLLUP_BEAT_S,
     },
     "rescan-recent-spirals": {
         "task": "traces_app.tasks.rescan_spirals_task",
@@ -250,8 +250,16 @@ ARES_SANDBOX_TIMEOUT_S = env_int("ARES_SANDBOX_TIMEOUT_S", 110, minimum=5)
 
 # Raw spans older than this many days are purged daily; hourly tool rollups are kept.
 ARES_RETENTION_DAYS = env_int("ARES_RETENTION_DAYS", 30, minimum=1)
-# Each web process asks for a rollup refresh of what it received at most this often.
+# Each web process asks for a recount of marked rollups at most this often after ingest.
 ARES_ROLLUP_REFRESH_INTERVAL_S = env_int("ARES_ROLLUP_REFRESH_INTERVAL_S", 10, minimum=0)
+# Pages recount the marked rollups of their range made more than this many seconds ago
+# before rendering: all of them without a broker; with one, the beat (every
+# ARES_ROLLUP_BEAT_S, above) normally has, and a page steps in only if workers fall behind.
+ARES_ROLLUP_PAGE_GRACE_S = env_float(
+    "ARES_ROLLUP_PAGE_GRACE_S", 2 * ARES_ROLLUP_BEAT_S if CELERY_BROKER_URL else 0.0, minimum=0.0
+)
+# At most this many marks a page recounts before rendering (the rest: it says so).
+ARES_ROLLUP_PAGE_RECOUNT_MAX = env_int("ARES_ROLLUP_PAGE_RECOUNT_MAX", 5000, minimum=1)
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):

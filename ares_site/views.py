@@ -9,8 +9,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from ares_site.overview import active_spirals, overview_of
+from traces_app.dashboards import fresh_range_context
 from traces_app.models import Trace
-from traces_app.ranges import range_context
 
 RECENT_TRACES_SHOWN = 20
 
@@ -18,7 +18,7 @@ RECENT_TRACES_SHOWN = 20
 @staff_member_required
 def overview(request: HttpRequest) -> HttpResponse:
     """Show a time range at a glance: calls, errors, latency, cost, failing tools, spirals."""
-    context = range_context(request.GET, timezone.now())
+    context = fresh_range_context(request.GET, timezone.now())
     time_range = context["time_range"]
     recent = Trace.objects.filter(started_at__gte=time_range.since, started_at__lt=time_range.until)
     context.update(

@@ -30,9 +30,9 @@ from planner_app.evidence import (
 )
 from planner_app.rulesets import current_ruleset
 from tools_app.runtime import get_engine
-from traces_app.dashboards import ToolTotals, tool_series, tool_totals
+from traces_app.dashboards import ToolTotals, fresh_range_context, tool_series, tool_totals
 from traces_app.models import Invocation, ToolRollup
-from traces_app.ranges import TimeRange, range_context
+from traces_app.ranges import TimeRange
 
 RECENT_FAILURES = 20
 
@@ -101,7 +101,7 @@ def sort_headers(sort: str, time_range: TimeRange) -> list[dict[str, Any]]:
 @staff_member_required
 def tools(request: HttpRequest) -> HttpResponse:
     """List every tool with its calls, success rate, latency, tokens, cost and score."""
-    context = range_context(request.GET, timezone.now())
+    context = fresh_range_context(request.GET, timezone.now())
     time_range: TimeRange = context["time_range"]  # type: ignore[assignment]
     sort, sort_error = read_sort(request.GET.get("sort"))
     ruleset = current_ruleset()
@@ -122,7 +122,7 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
     """Show one tool over the range: its evidence score, success, latency and failures."""
     registry = get_engine().registry
     spec = next((s for s in registry.list(enabled_only=False) if s.name == name), None)
-    context = range_context(request.GET, timezone.now())
+    context = fresh_range_context(request.GET, timezone.now())
     time_range: TimeRange = context["time_range"]  # type: ignore[assignment]
     points = tool_series(time_range, [name]).get(name, {})
     if spec is None and not points and not _ever_recorded(name):
@@ -202,7 +202,7 @@ def evidence_capability(request: HttpRequest, capability: str) -> HttpResponse:
             f"{', '.join(known) or 'none yet'}."
         )
         return render(request, "planner_app/not_found.html", {"message": message}, status=404)
-    context = range_context(request.GET, timezone.now())
+    context = fresh_range_context(request.GET, timezone.now())
     time_range: TimeRange = context["time_range"]  # type: ignore[assignment]
     found = capability_evidence(capability, ruleset, registry, time_range)
     info = ruleset.capabilities.get(capability)

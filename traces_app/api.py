@@ -37,7 +37,7 @@ from traces_app.schemas import (
     TraceOut,
     field_errors,
 )
-from traces_app.services import record_invocations
+from traces_app.services import Refused, record_invocations
 
 router = Router(tags=["traces"])
 _RENDERER = JSONRenderer()
@@ -74,7 +74,7 @@ def report_invocations(request: HttpRequest) -> HttpResponse:
     """Validate each item on its own, store the valid ones, report every item's outcome.
 
     Idempotent on (trace_id, span_id). Gzip bodies are accepted. The status is 422 only
-    when no item was valid; otherwise 200 with per-item outcomes.
+    when every item was rejected; otherwise 200 with per-item outcomes.
     """
     raw_items = _batch_items(read_json_body(request))
     outcomes: list[dict[str, Any] | None] = [None] * len(raw_items)
@@ -85,8 +85,12 @@ def report_invocations(request: HttpRequest) -> HttpResponse:
         except ValidationError as exc:
             outcomes[index] = _rejected(index, raw, field_errors(exc)).model_dump()
     stored = record_invocations([item for _, item in valid]) if valid else []
-    for (index, item), is_new in zip(valid, stored, strict=True):
-        outcomes[index] = _outcome(index, "accepted" if is_new else "duplicate", item)
+    for (index, item), outcome in zip(valid, stored, strict=True):
+        if isinstance(outcome, Refused):  # a value the database would not store
+            error = FieldError(field=outcome.field, reason=outcome.reason)
+            outcomes[index] = _rejected(index, item.model_dump(), [error]).model_dump()
+        else:
+            outcomes[index] = _outcome(index, "accepted" if outcome else "duplicate", item)
     counts = Counter(outcome["status"] for outcome in outcomes)
     batch = {
         "accepted": counts["accepted"],
@@ -97,7 +101,7 @@ def report_invocations(request: HttpRequest) -> HttpResponse:
     # Rendered here, as the API's (default) renderer would, rather than by ninja, which
     # builds and dumps a pydantic model per outcome: for 1000 spans that cost as much as
     # storing them. The JSON is the same BatchOut.
-    status = 422 if not valid else 200
+    status = 422 if counts["rejected"] == len(outcomes) else 200
     content = _RENDERER.render(request, batch, response_status=status)
     return HttpResponse(content, status=status, content_type=_CONTENT_TYPE)
 

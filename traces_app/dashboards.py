@@ -6,13 +6,35 @@ A range is widened to whole UTC hours (the rollups' grain); pages say so next to
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from traces_app.models import SpanRollup, ToolRollup
-from traces_app.ranges import TimeRange
+from django.conf import settings
+
+from traces_app.models import SpanRollup, ToolRollup, recount_marked_rollups
+from traces_app.ranges import TimeRange, range_context
 from traces_app.rollups import empty_histogram, merge, merge_counts, percentile_from_histogram
+
+
+def fresh_range_context(params: Mapping[str, str], now: datetime) -> dict[str, object]:
+    """Return a page's range context after recounting the marked rollups of its range.
+
+    So a page never shows counts older than the request: every span stored before it is
+    counted (without a broker; with one, marks younger than ARES_ROLLUP_PAGE_GRACE_S are
+    left to the beat). At most ARES_ROLLUP_PAGE_RECOUNT_MAX marks, oldest first; the
+    marks left over, if any, are in `rollups_pending` and the page says so.
+    """
+    context = range_context(params, now)
+    time_range: TimeRange = context["time_range"]  # type: ignore[assignment]
+    done = recount_marked_rollups(
+        time_range.since,
+        time_range.until,
+        marked_before=now - timedelta(seconds=settings.ARES_ROLLUP_PAGE_GRACE_S),
+        limit=settings.ARES_ROLLUP_PAGE_RECOUNT_MAX,
+    )
+    context["rollups_pending"] = done.pending
+    return context
 
 
 @dataclass

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import json
+import math
 import secrets
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -343,20 +347,6 @@ class FailureSpiral(models.Model):
 
 
 class ToolRollupManager(models.Manager):
-    def refresh_received(self, since: datetime, until: datetime) -> int:
-        """Recompute the buckets of tool spans received in [since, until]; return their count."""
-        hour = Trunc("started_at", "hour", tzinfo=UTC)
-        touched = (
-            Invocation.objects.tools()
-            .filter(received_at__gte=since, received_at__lte=until)
-            .annotate(hour=hour)
-            .values_list("tool_name", "hour")
-            # No ordering: Meta.ordering's started_at would join the DISTINCT, one row a span.
-            .order_by()
-            .distinct()
-        )
-        return self.refresh_buckets(set(touched))
-
     def refresh_buckets(self, buckets: set[tuple[str, datetime]]) -> int:
         """Recompute (tool, hour) rollups from the raw spans in one query and upsert them.
 
@@ -364,46 +354,63 @@ class ToolRollupManager(models.Manager):
         cannot count a span twice. Buckets older than the retention cutoff are skipped:
         their raw spans are (being) purged, and their rollup is the only full record left.
         """
-        cutoff = retention_cutoff()
-        buckets = {(tool, start) for tool, start in buckets if start >= cutoff}
-        if not buckets:
-            return 0
-        hours = sorted({start for _, start in buckets})
-        tools = sorted({tool for tool, _ in buckets})
-        window = models.Q()
-        for start in hours:
-            window |= models.Q(started_at__gte=start, started_at__lt=start + ROLLUP_BUCKET)
-        rows = (
-            Invocation.objects.tools()
-            .filter(window, tool_name__in=tools)
-            .annotate(hour=Trunc("started_at", "hour", tzinfo=UTC), bin=latency_bin_sql())
-            .values("tool_name", "hour", "status", "error_kind", "bin")
-            .annotate(
-                calls=models.Count("pk"),
-                latency_sum_ms=models.Sum("latency_ms"),
-                input_tokens=models.Sum("input_tokens"),
-                output_tokens=models.Sum("output_tokens"),
-                result_tokens=models.Sum("result_tokens"),
-                cost_usd=models.Sum("cost_usd"),
-            )
-            .order_by()
-        )
-        now = timezone.now()
-        rollups = {
-            bucket: self.model(tool_name=bucket[0], bucket_start=bucket[1], updated_at=now)
-            for bucket in buckets
-        }
-        for row in rows:
-            rollup = rollups.get((row["tool_name"], row["hour"]))
-            if rollup is not None:  # a tool not touched in this hour: left as it is
-                rollup.add_group(row)
+        rollups = self.count_buckets(buckets)
         self.bulk_create(
             list(rollups.values()),
+            batch_size=500,
             update_conflicts=True,
             unique_fields=["tool_name", "bucket_start"],
             update_fields=ROLLUP_TOTAL_FIELDS,
         )
         return len(rollups)
+
+    def count_buckets(
+        self, buckets: set[tuple[str, datetime]]
+    ) -> dict[tuple[str, datetime], ToolRollup]:
+        """Return (tool, hour) rollups counted from the raw spans, unsaved; none past retention."""
+        cutoff = retention_cutoff()
+        buckets = {(tool, start) for tool, start in buckets if start >= cutoff}
+        if not buckets:
+            return {}
+        now = timezone.now()
+        rollups = {
+            bucket: self.model(tool_name=bucket[0], bucket_start=bucket[1], updated_at=now)
+            for bucket in buckets
+        }
+        tools = sorted({tool for tool, _ in buckets})
+        for row in _tool_groups(_hours_window({start for _, start in buckets}), tools):
+            rollup = rollups.get((row["tool_name"], row["hour"]))
+            if rollup is not None:  # a tool not touched in this hour: left as it is
+                rollup.add_group(row)
+        return rollups
+
+
+def _hours_window(hours: Iterable[datetime]) -> models.Q:
+    """Return the condition "started in one of these UTC hours"."""
+    window = models.Q()
+    for start in sorted(hours):
+        window |= models.Q(started_at__gte=start, started_at__lt=start + ROLLUP_BUCKET)
+    return window
+
+
+def _tool_groups(window: models.Q, tools: Sequence[str] | None = None) -> models.QuerySet:
+    """Return tool spans grouped by tool, hour, status, error kind and latency bin."""
+    spans = Invocation.objects.tools().filter(window)
+    if tools is not None:
+        spans = spans.filter(tool_name__in=tools)
+    return (
+        spans.annotate(hour=Trunc("started_at", "hour", tzinfo=UTC), bin=latency_bin_sql())
+        .values("tool_name", "hour", "status", "error_kind", "bin")
+        .annotate(
+            calls=models.Count("pk"),
+            latency_sum_ms=models.Sum("latency_ms"),
+            input_tokens=models.Sum("input_tokens"),
+            output_tokens=models.Sum("output_tokens"),
+            result_tokens=models.Sum("result_tokens"),
+            cost_usd=models.Sum("cost_usd"),
+        )
+        .order_by()
+    )
 
 
 ROLLUP_BUCKET = timedelta(hours=1)
@@ -424,6 +431,12 @@ def latency_bin_sql() -> models.Case:
         default=models.Value(len(LATENCY_EDGES_MS)),
         output_field=models.IntegerField(),
     )
+
+
+def within_retention(hours: Iterable[datetime]) -> set[datetime]:
+    """Return the hours not yet past the retention cutoff: the only ones ever recounted."""
+    cutoff = retention_cutoff()
+    return {hour for hour in hours if hour >= cutoff}
 
 
 def retention_cutoff() -> datetime:
@@ -491,55 +504,44 @@ class ToolRollup(models.Model):
 
 
 class SpanRollupManager(models.Manager):
-    def refresh_received(self, since: datetime, until: datetime) -> int:
-        """Recount the hours of spans received in [since, until]; return the rows written."""
-        hours = (
-            Invocation.objects.filter(received_at__gte=since, received_at__lte=until)
-            .annotate(hour=Trunc("started_at", "hour", tzinfo=UTC))
-            .values_list("hour", flat=True)
-            .order_by()  # as in ToolRollupManager.refresh_received
-            .distinct()
-        )
-        return self.refresh_hours(set(hours))
-
     def refresh_hours(self, hours: set[datetime]) -> int:
         """Recount whole UTC hours of spans of every kind, by kind, chooser, place and agent.
 
-        Spans are only ever added to an hour (the purge skips hours past the cutoff), so
-        upserting the recounted groups is idempotent and never leaves a stale group behind.
+        The hours' rows are replaced, not upserted: a span whose agent was filled in later
+        (OTLP attribution) leaves its old group, which must not stay behind.
         """
-        cutoff = retention_cutoff()
-        hours = {hour for hour in hours if hour >= cutoff}
-        if not hours:
-            return 0
-        window = models.Q()
-        for start in hours:
-            window |= models.Q(started_at__gte=start, started_at__lt=start + ROLLUP_BUCKET)
-        rows = (
-            Invocation.objects.filter(window)
-            .annotate(bucket_start=Trunc("started_at", "hour", tzinfo=UTC))
-            .values("bucket_start", "kind", "chosen_by", "ran_on", "agent")
-            .annotate(
-                calls=models.Count("pk"),
-                failures=models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
-                latency_sum_ms=models.Sum("latency_ms"),
-                input_tokens=models.Sum("input_tokens"),
-                output_tokens=models.Sum("output_tokens"),
-                result_tokens=models.Sum("result_tokens"),
-                cost_usd=models.Sum("cost_usd"),
-            )
-            .order_by()
-        )
-        now = timezone.now()
-        rollups = [self.model(**row, updated_at=now) for row in rows]
-        self.bulk_create(
-            rollups,
-            batch_size=500,
-            update_conflicts=True,
-            unique_fields=SPAN_ROLLUP_KEY,
-            update_fields=SPAN_ROLLUP_TOTALS,
-        )
+        hours = within_retention(hours)
+        rollups = self.count_hours(hours)
+        self.filter(bucket_start__in=hours).delete()
+        self.bulk_create(rollups, batch_size=500)
         return len(rollups)
+
+    def count_hours(self, hours: set[datetime]) -> list[SpanRollup]:
+        """Return the span rollups of whole UTC hours counted from the raw spans, unsaved."""
+        hours = within_retention(hours)
+        if not hours:
+            return []
+        now = timezone.now()
+        return [self.model(**row, updated_at=now) for row in _span_groups(_hours_window(hours))]
+
+
+def _span_groups(window: models.Q) -> models.QuerySet:
+    """Return spans grouped by hour, kind, chooser, place and agent."""
+    return (
+        Invocation.objects.filter(window)
+        .annotate(bucket_start=Trunc("started_at", "hour", tzinfo=UTC))
+        .values("bucket_start", "kind", "chosen_by", "ran_on", "agent")
+        .annotate(
+            calls=models.Count("pk"),
+            failures=models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
+            latency_sum_ms=models.Sum("latency_ms"),
+            input_tokens=models.Sum("input_tokens"),
+            output_tokens=models.Sum("output_tokens"),
+            result_tokens=models.Sum("result_tokens"),
+            cost_usd=models.Sum("cost_usd"),
+        )
+        .order_by()
+    )
 
 
 SPAN_ROLLUP_KEY = ["bucket_start", "kind", "chosen_by", "ran_on", "agent"]
@@ -617,11 +619,206 @@ def _span_count_estimate(since: datetime | None, span_fields: dict[str, str]) ->
     return rollups.aggregate(calls=models.Sum("calls", default=0))["calls"]
 
 
-def refresh_rollups(since: datetime, until: datetime) -> int:
-    """Recount the tool and span rollups of everything received in [since, until]."""
-    return ToolRollup.objects.refresh_received(since, until) + SpanRollup.objects.refresh_received(
-        since, until
+class RollupMark(models.Model):
+    """A tool's UTC hour (or an hour of other spans) whose rollups miss some of its spans.
+
+    Written in the same transaction as the spans, so what needs recounting is never only
+    in a process's memory: a worker killed after its commit delays a count, never loses
+    it. Ingest only appends marks (no row is updated, so concurrent batches never wait on
+    each other); a recount deletes exactly the marks it read, so a mark committed while it
+    ran stays for the next one.
+    """
+
+    bucket_start = models.DateTimeField(help_text="Start of the UTC hour")
+    tool_name = models.CharField(
+        max_length=200, blank=True, help_text="Empty for spans that are not tool calls"
     )
+    marked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["bucket_start"], name="rollup_mark_bucket")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name or '(spans)'} @ {self.bucket_start:%Y-%m-%d %H:00}"
+
+
+def hour_start(moment: datetime) -> datetime:
+    """Return the start of the UTC hour holding a moment."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def mark_rollups_dirty(spans: Iterable[tuple[datetime, str]]) -> None:
+    """Mark the rollups of new or changed spans for recounting, in the caller's transaction.
+
+    `spans` are (started_at, tool_name) pairs, tool_name "" for spans that are not tool
+    calls. One mark per distinct (hour, tool).
+    """
+    now = timezone.now()
+    buckets = {(hour_start(started_at), tool_name) for started_at, tool_name in spans}
+    RollupMark.objects.bulk_create(
+        [RollupMark(bucket_start=hour, tool_name=tool, marked_at=now) for hour, tool in buckets]
+    )
+
+
+@dataclass(frozen=True)
+class Recount:
+    """What one recount did: marks consumed, buckets recounted, marks still waiting."""
+
+    marks: int
+    tool_buckets: int
+    hours: int
+    pending: int
+
+
+RECOUNT_BATCH = 5000
+# Any constant: the key of PostgreSQL's advisory lock that makes recounts take turns.
+_RECOUNT_LOCK_KEY = 7_210_311
+
+
+def recount_marked_rollups(
+    since: datetime | None = None,
+    until: datetime | None = None,
+    *,
+    marked_before: datetime | None = None,
+    limit: int = RECOUNT_BATCH,
+) -> Recount:
+    """Recount the rollups of marked buckets, oldest marks first, at most `limit` marks.
+
+    Optionally only buckets in [since, until) and marks made before `marked_before`.
+    Recounts take turns (one transaction each, under a lock), so a count read from an
+    older snapshot can never overwrite a newer one; each recounts whole buckets from the
+    raw spans, so running one twice, or in several processes, changes nothing.
+    """
+    marks = RollupMark.objects.order_by("pk")
+    if since is not None:
+        marks = marks.filter(bucket_start__gte=hour_start(since))
+    if until is not None:
+        marks = marks.filter(bucket_start__lt=until)
+    if marked_before is not None:
+        marks = marks.filter(marked_at__lt=marked_before)
+    if not marks.exists():
+        return Recount(0, 0, 0, 0)
+    with transaction.atomic():
+        _take_recount_turn()
+        taken = list(marks.values_list("pk", "bucket_start", "tool_name")[:limit])
+        tool_buckets = {(tool, hour) for _, hour, tool in taken if tool}
+        hours = {hour for _, hour, _ in taken}
+        ToolRollup.objects.refresh_buckets(tool_buckets)
+        SpanRollup.objects.refresh_hours(hours)
+        RollupMark.objects.filter(pk__in=[pk for pk, _, _ in taken]).delete()
+    pending = marks.count() if len(taken) == limit else 0
+    return Recount(len(taken), len(tool_buckets), len(hours), pending)
+
+
+def recount_all_marked_rollups(max_rounds: int | None = 100) -> int:
+    """Recount marked rollups until no mark is left (or max_rounds); return the marks consumed."""
+    consumed = 0
+    rounds = itertools.count() if max_rounds is None else range(max_rounds)
+    for _ in rounds:
+        done = recount_marked_rollups()
+        consumed += done.marks
+        if done.marks < RECOUNT_BATCH:
+            break
+    return consumed
+
+
+@dataclass
+class RollupCheck:
+    """What check_rollups found: buckets compared, and one line per bucket that differed."""
+
+    since: datetime
+    until: datetime
+    tool_buckets: int = 0
+    span_groups: int = 0
+    differences: list[str] = dataclasses.field(default_factory=list)
+
+
+_CHECKED_TOOL_FIELDS = [name for name in ROLLUP_TOTAL_FIELDS if name != "updated_at"]
+_CHECKED_SPAN_FIELDS = [name for name in SPAN_ROLLUP_TOTALS if name != "updated_at"]
+
+
+def check_rollups(since: datetime, until: datetime, *, repair: bool = True) -> RollupCheck:
+    """Compare the rollups of whole UTC hours in [since, until) with the raw spans; repair them.
+
+    Hours past the retention cutoff are left out (their raw spans are purged; the rollup
+    is the only record). Works a day at a time, so memory stays flat over long ranges.
+    """
+    since, until = max(hour_start(since), retention_cutoff()), until
+    check = RollupCheck(since, until)
+    day = since
+    while day < until:
+        window = models.Q(started_at__gte=day, started_at__lt=min(day + timedelta(days=1), until))
+        hours = {"bucket_start__gte": day, "bucket_start__lt": min(day + timedelta(days=1), until)}
+        _check_tool_rollups(window, hours, check, repair)
+        _check_span_rollups(window, hours, check, repair)
+        day += timedelta(days=1)
+    return check
+
+
+def _check_tool_rollups(
+    window: models.Q, hours: dict[str, datetime], check: RollupCheck, repair: bool
+) -> None:
+    counted: dict[tuple[str, datetime], ToolRollup] = {}
+    for row in _tool_groups(window):
+        key = (row["tool_name"], row["hour"])
+        counted.setdefault(key, ToolRollup(tool_name=key[0], bucket_start=key[1])).add_group(row)
+    stored = {(row.tool_name, row.bucket_start): row for row in ToolRollup.objects.filter(**hours)}
+    wrong = []
+    for key in sorted(counted.keys() | stored.keys()):
+        empty = ToolRollup(tool_name=key[0], bucket_start=key[1])
+        diff = _differences(stored.get(key), counted.get(key, empty), _CHECKED_TOOL_FIELDS)
+        if diff:
+            wrong.append(key)
+            check.differences.append(f"tool {key[0]} @ {key[1]:%Y-%m-%d %H:00}: {diff}")
+    check.tool_buckets += len(counted.keys() | stored.keys())
+    if repair and wrong:
+        ToolRollup.objects.refresh_buckets(set(wrong))
+
+
+def _check_span_rollups(
+    window: models.Q, hours: dict[str, datetime], check: RollupCheck, repair: bool
+) -> None:
+    def key_of(row: Any) -> tuple:
+        return tuple(getattr(row, name) for name in SPAN_ROLLUP_KEY)
+
+    counted = {key_of(row): row for row in (SpanRollup(**group) for group in _span_groups(window))}
+    stored = {key_of(row): row for row in SpanRollup.objects.filter(**hours)}
+    wrong_hours = set()
+    for key in sorted(counted.keys() | stored.keys(), key=repr):
+        diff = _differences(stored.get(key), counted.get(key, SpanRollup()), _CHECKED_SPAN_FIELDS)
+        if diff:
+            wrong_hours.add(key[0])
+            what = " ".join(str(part) for part in key[1:] if part)
+            check.differences.append(f"spans {what} @ {key[0]:%Y-%m-%d %H:00}: {diff}")
+    check.span_groups += len(counted.keys() | stored.keys())
+    if repair and wrong_hours:
+        SpanRollup.objects.refresh_hours(wrong_hours)
+
+
+def _differences(stored: models.Model | None, counted: models.Model, fields: list[str]) -> str:
+    """Return "field stored -> counted" for each field that differs ("" if none)."""
+    if stored is None:
+        return (
+            "" if not getattr(counted, "calls", 0) else f"missing (counted {counted.calls} calls)"
+        )
+    changes = []
+    for name in fields:
+        old, new = getattr(stored, name), getattr(counted, name)
+        same = (
+            math.isclose(old, new, rel_tol=1e-9, abs_tol=1e-9)
+            if isinstance(old, float)
+            else old == new
+        )
+        if not same:
+            changes.append(f"{name} {old} -> {new}")
+    return ", ".join(changes)
+
+
+def _take_recount_turn() -> None:
+    """Wait for any other recount to commit (SQLite's IMMEDIATE transactions already do)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_RECOUNT_LOCK_KEY])
 
 
 def purge_old_invocations(batch_size: int = 5000) -> int:

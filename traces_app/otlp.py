@@ -17,7 +17,7 @@ import binascii
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from traces_app.bodies import MAX_JSON_DEPTH, nesting_exceeds, parse_json
 from traces_app.models import OtlpProducer, Trace
 from traces_app.schemas import InvocationFromDict, InvocationIn, field_errors
-from traces_app.services import record_invocations
+from traces_app.services import Refused, record_invocations
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -221,7 +221,13 @@ def store_readings(readings: Sequence[SpanReading]) -> list[SpanReading]:
     Spans already stored (a retried export) are accepted again and counted once.
     """
     valid = [reading for reading in readings if reading.item is not None]
-    is_new = record_invocations([reading.item for reading in valid]) if valid else []
+    outcomes = record_invocations([reading.item for reading in valid]) if valid else []
+    refused = [
+        replace(reading, item=None, error=f"{outcome.field}: {outcome.reason}")
+        for reading, outcome in zip(valid, outcomes, strict=True)
+        if isinstance(outcome, Refused)
+    ]
+    is_new = [outcome is True for outcome in outcomes]
     traces_by_dialect: dict[str, set[str]] = {}
     for reading in valid:
         traces_by_dialect.setdefault(reading.dialect, set()).add(reading.trace_id)
@@ -234,7 +240,7 @@ def store_readings(readings: Sequence[SpanReading]) -> list[SpanReading]:
     for producer, tool_spans in new_tool_spans.items():
         incomplete = [reading.incomplete_record() for reading in tool_spans if reading.missing]
         OtlpProducer.objects.record(producer, tool_spans[0].dialect, len(tool_spans), incomplete)
-    return [reading for reading in readings if reading.item is None]
+    return [reading for reading in readings if reading.item is None] + refused
 
 
 def rejection_summary(rejected: Sequence[SpanReading], total: int, shown: int = 5) -> str:

@@ -8,11 +8,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import DatabaseError, DataError, IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from traces_app.models import (
@@ -23,11 +24,12 @@ from traces_app.models import (
     Trace,
     add_to_trace_totals,
     insert_ignoring_conflicts,
+    mark_rollups_dirty,
 )
 from traces_app.redaction import bound_text, redact_text, safe_payload
 from traces_app.schemas import InvocationFromDict, InvocationIn
 from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
-from traces_app.tasks import refresh_rollups_task
+from traces_app.tasks import recount_rollups_task
 
 logger = logging.getLogger(__name__)
 
@@ -54,18 +56,35 @@ def record_invocation(**fields: Any) -> bool:
     Raises pydantic.ValidationError when a field is wrong: in-process callers are our
     own code, and a bad record is a bug to fix, not data to guess at.
     """
-    return record_invocations([InvocationFromDict.model_validate(fields)])[0]
+    outcome = record_invocations([InvocationFromDict.model_validate(fields)])[0]
+    if isinstance(outcome, Refused):
+        raise ValueError(f"{outcome.field}: {outcome.reason}")
+    return outcome
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A valid span the database would not store: the field it named, if any, and why."""
+
+    field: str
+    reason: str
+
+
+StoreOutcome = bool | Refused  # True: stored now; False: a duplicate of a stored span
 
 
 def record_invocations(
-    items: Sequence[InvocationIn], *, refresh_rollups: bool = True
-) -> list[bool]:
-    """Store validated spans and add them to their traces; return, per item, whether it was new.
+    items: Sequence[InvocationIn], *, recount_rollups: bool = True
+) -> list[StoreOutcome]:
+    """Store validated spans and add them to their traces; return each item's outcome.
 
     Idempotent on (trace id, span id): the database decides, so a batch retried or sent
     twice at once never stores a span twice or counts it twice in its trace's totals.
-    A caller storing many batches in a row may pass refresh_rollups=False and call
-    models.refresh_rollups over its receive window once at the end (ares_demo does).
+    When the database refuses one span's values (a constraint, an encoding), the batch
+    is stored span by span so that only that span is lost, and it comes back as Refused.
+    The spans' rollup buckets are marked in the same transaction (models.RollupMark);
+    a caller storing many batches in a row may pass recount_rollups=False and call
+    models.recount_all_marked_rollups once at the end (ares_demo does).
     """
     received_at = timezone.now()
     first_of_key: dict[tuple[str, str], InvocationIn] = {}
@@ -74,54 +93,79 @@ def record_invocations(
     # Sorted rows make concurrent writers take row and index locks in one order.
     spans = [first_of_key[key] for key in sorted(first_of_key)]
     rows = [invocation_row(span, received_at) for span in spans]
-    inserted = _run_retrying(lambda: _store(spans, rows))
-    if inserted and refresh_rollups:
-        schedule_rollup_refresh(received_at)
+    refused: dict[tuple[str, str], Refused] = {}
+    try:
+        inserted = _run_retrying(lambda: _store(spans, rows))
+    except (DataError, IntegrityError):
+        inserted, refused = _store_one_by_one(spans, rows)
+    if inserted and recount_rollups:
+        schedule_rollup_recount()
     seen: set[tuple[str, str]] = set()
-    outcomes = []
+    outcomes: list[StoreOutcome] = []
     for item in items:
         key = (item.trace_id, item.span_id)
-        outcomes.append(key in inserted and key not in seen)
+        outcomes.append(refused.get(key) or (key in inserted and key not in seen))
         seen.add(key)
     return outcomes
 
 
-class _RollupRefreshThrottle:
-    """When this process last asked for a rollup refresh, and what it received since."""
+def _store_one_by_one(
+    spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]
+) -> tuple[set[tuple[str, str]], dict[tuple[str, str], Refused]]:
+    """Store spans one transaction each; return the new keys and the refused ones."""
+    inserted: set[tuple[str, str]] = set()
+    refused: dict[tuple[str, str], Refused] = {}
+    for span, row in zip(spans, rows, strict=True):
+        try:
+            inserted |= _run_retrying(lambda span=span, row=row: _store([span], [row]))
+        except (DataError, IntegrityError) as exc:
+            refused[(span.trace_id, span.span_id)] = _refusal(exc)
+            logger.warning("span %s/%s refused by the database: %s", *span_key(span), exc)
+    return inserted, refused
+
+
+def span_key(span: InvocationIn) -> tuple[str, str]:
+    """Return a span's (trace id, span id)."""
+    return span.trace_id, span.span_id
+
+
+def _refusal(exc: DatabaseError) -> Refused:
+    """Return what the database said about a refused span, as a field and a reason."""
+    diag = getattr(exc.__cause__, "diag", None)  # PostgreSQL's error fields
+    field = (getattr(diag, "column_name", None) or "") if diag else ""
+    reason = (getattr(diag, "message_primary", None) if diag else None) or str(exc)
+    return Refused(field=field or "(item)", reason=f"the database refused it: {reason[:300]}")
+
+
+class _RecountThrottle:
+    """When this process last asked for a rollup recount."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.asked_at: float | None = None
-        self.skipped_since: datetime | None = None
 
-    def window(self, received_at: datetime, interval_s: float) -> tuple[datetime, datetime] | None:
-        """Return the receive window to refresh now, or None if one was asked for lately."""
+    def due(self, interval_s: float) -> bool:
+        """Return whether to ask now (and note that we did)."""
         now = time.monotonic()
         with self.lock:
             if self.asked_at is not None and now - self.asked_at < interval_s:
-                self.skipped_since = min(self.skipped_since or received_at, received_at)
-                return None
-            since = min(self.skipped_since or received_at, received_at)
-            self.asked_at, self.skipped_since = now, None
-            return since, received_at
+                return False
+            self.asked_at = now
+            return True
 
 
-_rollup_throttle = _RollupRefreshThrottle()
+_recount_throttle = _RecountThrottle()
 
 
-def schedule_rollup_refresh(received_at: datetime) -> None:
-    """After commit, refresh the rollups of spans received since this process last did.
+def schedule_rollup_recount() -> None:
+    """After commit, recount marked rollups, at most every ARES_ROLLUP_REFRESH_INTERVAL_S.
 
-    Recounting a batch's buckets inline after every batch cut ingest from ~15,000 to
-    ~7,800 spans/s (a batch of spans spread over a day touches every hour of it), so a
-    process asks at most once per ARES_ROLLUP_REFRESH_INTERVAL_S, for everything received
-    since its previous ask. Batches between asks are in the next ask's window; the last
-    batches before a quiet spell wait for the next batch or the minute beat.
+    Recounting after every batch halved ingest speed (a batch spread over a day marks
+    every hour of it). Correctness does not depend on this ask: the marks are in the
+    database, and pages, the beat and `manage.py check_rollups` recount them too.
     """
-    window = _rollup_throttle.window(received_at, settings.ARES_ROLLUP_REFRESH_INTERVAL_S)
-    if window is not None:
-        since, until = (moment.isoformat() for moment in window)
-        transaction.on_commit(lambda: refresh_rollups_task.delay(since, until))
+    if _recount_throttle.due(settings.ARES_ROLLUP_REFRESH_INTERVAL_S):
+        transaction.on_commit(recount_rollups_task.delay)
 
 
 def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:
@@ -169,6 +213,10 @@ def _store(spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]) -> set
             if (span.trace_id, span.span_id) in inserted
         ]
         failed_calls = add_to_trace_totals(trace_deltas(new))
+        mark_rollups_dirty(
+            (row["started_at"], row["tool_name"] if row["kind"] == SpanKind.TOOL else "")
+            for _, row in new
+        )
         # In the same transaction, after the trace upsert: that row lock makes concurrent
         # batches of one trace take turns, so each re-reads the spans the other stored.
         for trace_id in spiral_candidates([row for _, row in new], failed_calls):

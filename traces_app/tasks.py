@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from celery import shared_task
 from django.utils import timezone
 
-from traces_app.models import Trace, purge_old_invocations, refresh_rollups
+from traces_app.models import Trace, purge_old_invocations, recount_all_marked_rollups
 
 
 @shared_task(bind=True, max_retries=3, default_retry_delay=5)
@@ -22,18 +22,11 @@ def recompute_trace_totals_task(self, trace_id: str) -> None:  # noqa: ANN001 - 
         raise self.retry(exc=exc) from exc
 
 
-RECENT_ROLLUP_WINDOW = timedelta(hours=2)
-
-
 @shared_task(bind=True, max_retries=3, default_retry_delay=5)
-def refresh_rollups_task(  # noqa: ANN001 - Celery's task
-    self, since_iso: str | None = None, until_iso: str | None = None
-) -> int:
-    """Recompute the rollups of spans received in a window (default: the last two hours)."""
-    until = datetime.fromisoformat(until_iso) if until_iso else timezone.now()
-    since = datetime.fromisoformat(since_iso) if since_iso else until - RECENT_ROLLUP_WINDOW
+def recount_rollups_task(self) -> int:  # noqa: ANN001 - Celery's task
+    """Recount the rollups of every marked bucket (see models.RollupMark); return the marks."""
     try:
-        return refresh_rollups(since, until)
+        return recount_all_marked_rollups()
     except Exception as exc:  # retry transient database errors; Celery logs the final one
         raise self.retry(exc=exc) from exc
 

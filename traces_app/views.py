@@ -11,10 +11,11 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from traces_app import timeline
+from traces_app.dashboards import fresh_range_context
 from traces_app.forms import SpiralFilterForm, TraceFilterForm, error_messages
 from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace
 from traces_app.paging import BadCursor, KeysetPage, keyset_page
-from traces_app.ranges import TimeRange, range_context
+from traces_app.ranges import TimeRange
 
 PAGE_SIZE = 50
 
@@ -35,7 +36,7 @@ def _filtered_page(
     request: HttpRequest, form_class: type[TraceFilterForm | SpiralFilterForm], rows: QuerySet
 ) -> dict[str, Any]:
     """Return a list page's context: its range, filter form and errors, and one page of rows."""
-    context = range_context(request.GET, timezone.now())
+    context = fresh_range_context(request.GET, timezone.now())
     form = form_class(request.GET)
     page, cursor_error = _page(form.filter(rows, context["time_range"]), request.GET)
     context.update(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -10,7 +9,7 @@ import pytest
 
 from tests.ares_site.browser import assert_stayed_local
 from traces_app.demo import demo_trace_stream
-from traces_app.models import refresh_rollups
+from traces_app.models import recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 
@@ -20,10 +19,9 @@ pytestmark = pytest.mark.browser
 @pytest.fixture
 def demo_data(transactional_db: None) -> None:
     """Record 600 demo spans of the last day, rollups included."""
-    before = datetime.now(UTC)
     for trace in demo_trace_stream(600, seed=3):
         record_invocations([InvocationIn.model_validate(span) for span in trace])
-    refresh_rollups(before, datetime.now(UTC))
+    recount_all_marked_rollups()
 
 
 def test_it_draws_the_overview_charts_with_nothing_from_outside(

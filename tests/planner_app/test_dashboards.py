@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
 
 from planner_app import rulesets
 from planner_app.models import Capability, CapabilityMapping
@@ -16,7 +15,7 @@ from planner_app.pipeline.resolution import Candidate
 from planner_app.pipeline.scoring import Evidence, ToolScorer
 from tests.conftest import make_span
 from tools_app.runtime import get_engine
-from traces_app.models import ApiKey, ToolRollup, refresh_rollups
+from traces_app.models import ApiKey, ToolRollup, recount_all_marked_rollups
 from traces_app.rollups import merge, percentile_from_histogram
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
@@ -40,9 +39,8 @@ def hours_ago(hours: int, minutes: int = 10) -> datetime:
 
 def record(*spans: dict[str, Any]) -> None:
     """Store spans and recount their rollups (the refresh task's work, done inline)."""
-    since = timezone.now()
     record_invocations([InvocationIn.model_validate(span) for span in spans])
-    refresh_rollups(since, timezone.now())
+    recount_all_marked_rollups()
 
 
 def calls(tool: str, count: int, **fields: Any) -> list[dict[str, Any]]:

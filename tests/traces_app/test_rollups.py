@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,11 +13,12 @@ from django.db import models
 from tests.conftest import make_span
 from traces_app.models import (
     Invocation,
+    RollupMark,
     SpanRollup,
     ToolRollup,
     percentile_cont,
     purge_old_invocations,
-    refresh_rollups,
+    recount_all_marked_rollups,
 )
 from traces_app.rollups import (
     BIN_COUNT,
@@ -29,8 +31,8 @@ from traces_app.rollups import (
     percentile_from_histogram,
 )
 from traces_app.schemas import InvocationIn
-from traces_app.services import _RollupRefreshThrottle, record_invocations
-from traces_app.tasks import purge_invocations_task, refresh_rollups_task
+from traces_app.services import _RecountThrottle, record_invocations
+from traces_app.tasks import purge_invocations_task, recount_rollups_task
 
 
 @pytest.fixture(autouse=True)
@@ -103,10 +105,8 @@ def _rollup_rows() -> list[dict[str, Any]]:
 def test_refresh_matches_raw_aggregates() -> None:
     _record(*_mixed_spans())
     ToolRollup.objects.all().delete()
-    refreshed = ToolRollup.objects.refresh_received(
-        NOW - timedelta(minutes=5), NOW + timedelta(hours=1)
-    )
-    assert refreshed == 3
+    buckets = {("calculator", THIS_HOUR), ("web_search", THIS_HOUR), ("calculator", EARLIER_HOUR)}
+    assert ToolRollup.objects.refresh_buckets(buckets) == 3
     for rollup in ToolRollup.objects.all():
         raw = (
             Invocation.objects.tools()
@@ -146,10 +146,10 @@ def test_refresh_matches_raw_aggregates() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_refresh_twice_gives_the_same_rows() -> None:
     _record(*_mixed_spans())
-    window = (NOW - timedelta(minutes=5), NOW + timedelta(hours=1))
-    ToolRollup.objects.refresh_received(*window)
+    buckets = {("calculator", THIS_HOUR), ("web_search", THIS_HOUR), ("calculator", EARLIER_HOUR)}
+    ToolRollup.objects.refresh_buckets(buckets)
     first = _rollup_rows()
-    ToolRollup.objects.refresh_received(*window)
+    ToolRollup.objects.refresh_buckets(buckets)
     second = _rollup_rows()
     assert len(first) == 3
     for row in first + second:
@@ -182,9 +182,11 @@ def test_purge_deletes_only_old_raw_spans_and_keeps_rollups(settings: Any) -> No
         THIS_HOUR + timedelta(minutes=1)
     ]
     assert ToolRollup.objects.get(bucket_start=old_hour).calls == 2
-    # A refresh of the old window leaves the purged bucket's rollup alone.
-    refresh_rollups_task.delay((NOW - timedelta(hours=1)).isoformat(), NOW.isoformat()).get()
+    # A recount of the old bucket (marked again) leaves the purged bucket's rollup alone.
+    RollupMark.objects.create(bucket_start=old_hour, tool_name="calculator")
+    recount_rollups_task.delay().get()
     assert ToolRollup.objects.get(bucket_start=old_hour).calls == 2
+    assert not RollupMark.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -196,13 +198,22 @@ def test_purge_deletes_in_batches() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_periodic_refresh_covers_the_last_two_hours() -> None:
+def test_the_periodic_task_recounts_every_marked_bucket(settings: Any) -> None:
+    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 3600  # no recount after the batch
+    _recount_asked_just_now()
     _record(*_mixed_spans())
-    ToolRollup.objects.all().delete()
-    written = refresh_rollups_task.delay().get()
+    assert not ToolRollup.objects.exists()
+    assert RollupMark.objects.count() == 4  # calculator and web_search now, calculator earlier, llm
+    assert recount_rollups_task.delay().get() == 4
     assert ToolRollup.objects.count() == 3
-    assert written == 3 + SpanRollup.objects.count()
     assert ToolRollup.objects.filter(tool_name="web_search").get().failures == 1
+    assert not RollupMark.objects.exists()
+
+
+def _recount_asked_just_now() -> None:
+    from traces_app import services
+
+    services._recount_throttle.asked_at = time.monotonic()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -224,13 +235,11 @@ def test_it_refreshes_rollups_inline_when_spans_arrive_through_the_api(api, span
     assert rollup.latency_histogram[bucket_of(25.0)] >= 1
 
 
-def test_refresh_throttle_asks_once_per_interval_and_covers_the_gap() -> None:
-    throttle = _RollupRefreshThrottle()
-    first, second, third = (NOW + timedelta(seconds=step) for step in range(3))
-    assert throttle.window(first, 60) == (first, first)
-    assert throttle.window(second, 60) is None
-    assert throttle.window(third, 0) == (second, third)
-    assert throttle.window(third, 0) == (third, third)
+def test_recount_throttle_asks_once_per_interval() -> None:
+    throttle = _RecountThrottle()
+    assert throttle.due(60) is True
+    assert throttle.due(60) is False
+    assert throttle.due(0) is True
 
 
 @pytest.mark.django_db(transaction=True)
@@ -240,7 +249,7 @@ def test_span_rollups_count_every_kind_by_chooser_and_place() -> None:
         _span(THIS_HOUR, 7, chosen_by="planner", ran_on="mcp:time", input_tokens=3),
     )
     SpanRollup.objects.all().delete()
-    refresh_rollups_task(None, None)
+    SpanRollup.objects.refresh_hours({THIS_HOUR, EARLIER_HOUR})
     rows = SpanRollup.objects.filter(bucket_start=THIS_HOUR)
     assert sum(row.calls for row in rows) == 6
     llm = rows.get(kind="llm")
@@ -255,11 +264,11 @@ def test_span_rollups_count_every_kind_by_chooser_and_place() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_span_rollup_refresh_is_idempotent_and_follows_new_spans() -> None:
     _record(*_mixed_spans())
-    window = (NOW - timedelta(minutes=5), NOW + timedelta(hours=1))
-    refresh_rollups(*window)
+    hours = {THIS_HOUR, EARLIER_HOUR}
+    SpanRollup.objects.refresh_hours(hours)
     before = list(SpanRollup.objects.values("calls", "failures", "input_tokens"))
-    refresh_rollups(*window)
+    SpanRollup.objects.refresh_hours(hours)
     assert list(SpanRollup.objects.values("calls", "failures", "input_tokens")) == before
     _record(_span(THIS_HOUR, 9, kind="llm", tool_name="", model="gpt", input_tokens=5))
-    refresh_rollups(*window)
+    recount_all_marked_rollups()
     assert SpanRollup.objects.get(bucket_start=THIS_HOUR, kind="llm").input_tokens == 505

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from traces_app.demo import demo_trace_stream
-from traces_app.models import refresh_rollups
+from traces_app.models import recount_all_marked_rollups
 from traces_app.schemas import InvocationFromDict
 from traces_app.services import record_invocations, rescan_spirals
 
@@ -42,17 +42,19 @@ class Command(BaseCommand):
                 f"--days must be over 0 and at most ARES_RETENTION_DAYS "
                 f"({settings.ARES_RETENTION_DAYS})"
             )
-        began, started = timezone.now(), time.monotonic()
+        started = time.monotonic()
         progress = ProgressBar(invocations, self.stderr)
         stored = 0
         for spans in batches(demo_trace_stream(invocations, seed=seed, days=days), batch):
             items = [InvocationFromDict.model_validate(span) for span in spans]
-            stored += sum(record_invocations(items, refresh_rollups=False))
+            stored += sum(
+                outcome is True for outcome in record_invocations(items, recount_rollups=False)
+            )
             progress.advance(len(spans))
         progress.finish()
-        # Once for the whole run: refreshing as ingest does (every few seconds, the hours
-        # touched since) recounted the same hours again and cost a fifth of a 1M run.
-        refresh_rollups(began, timezone.now())
+        # Once for the whole run: recounting as ingest does (every few seconds, the hours
+        # marked since) recounted the same hours again and cost a fifth of a 1M run.
+        recount_all_marked_rollups(max_rounds=None)
         # What the beat's rescan does every minute: loops quiet for a while have given up.
         # Nothing to re-detect (this process saw every call), hence no window.
         rescan_spirals(since=timezone.now())
