@@ -97,7 +97,8 @@ PAGES = [
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_it_sends_anonymous_visitors_to_the_login_page(client: Client, path: str) -> None:
+def test_it_sends_anonymous_visitors_to_the_login_page(client: Client, db: None, path: str) -> None:
+    # db: every page first checks that the database answers (ares_site.middleware).
     response = client.get(path)
 
     assert response.status_code == 302
