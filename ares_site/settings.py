@@ -41,6 +41,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # First of ours: a NUL byte in the path or query would make PostgreSQL fail the query.
+    "ares_site.nul_bytes.RefuseNulBytesMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before sessions and auth, which read the database: a page answers 503 when it is down.
     "ares_site.middleware.DatabaseUnavailableMiddleware",
