@@ -12,10 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
-from traces_app.api_errors import RETRY_AFTER_SECONDS, database_is_busy, document_errors
+from traces_app.api_errors import document_errors
 from traces_app.bodies import JsonBodyParser, read_json_body
 
 logger = logging.getLogger(__name__)
@@ -99,14 +100,7 @@ def _body_is_missing(exc: ValidationError) -> bool:
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def on_database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
-    logger.error("database unavailable: %s", exc)
-    if database_is_busy(exc):
-        status, detail = 429, "database busy; nothing was stored, retry later"
-    else:
-        status, detail = 503, "database unavailable; nothing was stored, retry later"
-    response = api.create_response(request, {"detail": detail}, status=status)
-    response["Retry-After"] = RETRY_AFTER_SECONDS
-    return response
+    return database_unavailable(request, exc)  # the same answer as the pages give, in JSON
 
 
 @api.exception_handler(Exception)

@@ -1,6 +1,8 @@
-"""Database unreachable: every page answers 503 with Retry-After and a plain page saying so.
+"""Database unreachable: 503 with Retry-After, never a 500, on every page and the API.
 
-The API answers the same way in JSON (ares_site.api's handler); OTLP in its own encoding.
+One answer for both: `database_unavailable` gives the API its JSON (429 when the database
+is only busy) and a page a plain HTML page. The API's exception handler calls it for
+errors in its operations; this middleware for errors anywhere in a page.
 """
 
 from __future__ import annotations
@@ -9,27 +11,38 @@ import logging
 from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError, connection
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+
+from traces_app.api_errors import RETRY_AFTER_SECONDS, database_is_busy
 
 logger = logging.getLogger(__name__)
 
 DATABASE_UNREACHABLE = (OperationalError, InterfaceError)
-RETRY_AFTER_SECONDS = "5"
-# Answered by their own views, which turn a database error into their own 503 (the API:
-# JSON, OTLP: a google.rpc.Status) or, for /healthz, report it; and the API still asks
-# for credentials without the database.
-NOT_PAGES = ("/api/", "/v1/", "/healthz")
+API_PREFIX = "/api/"
+# Not pages: the API answers in JSON from its exception handler (and still asks for
+# credentials without the database); OTLP answers with its own google.rpc.Status; /healthz
+# reports the database itself.
+NOT_PAGES = (API_PREFIX, "/v1/", "/healthz")
 
 
-def database_unavailable_page(request: HttpRequest, exc: Exception) -> HttpResponse:
-    """Return 503 with Retry-After and a page saying the database is unreachable.
+def database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Return 503 with Retry-After: JSON for the API (429 if only busy), else a plain page.
 
     The page is rendered without the request, so no context processor runs: nothing in it
     needs the user, the session or any other row.
     """
     logger.error("database unavailable for %s %s: %s", request.method, request.path, exc)
-    response = HttpResponse(render_to_string("503.html"), status=503)
+    busy = database_is_busy(exc)
+    if request.path_info.startswith(API_PREFIX):
+        detail = "busy" if busy else "unavailable"
+        response: HttpResponse = JsonResponse(
+            {"detail": f"database {detail}; nothing was stored, retry later"},
+            status=429 if busy else 503,
+            content_type="application/json; charset=utf-8",
+        )
+    else:
+        response = HttpResponse(render_to_string("503.html", {"busy": busy}), status=503)
     response["Retry-After"] = RETRY_AFTER_SECONDS
     return response
 
@@ -49,14 +62,14 @@ class DatabaseUnavailableMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if not request.path.startswith(NOT_PAGES):
+        if not request.path_info.startswith(NOT_PAGES):
             try:
                 connection.cursor().close()
             except DATABASE_UNREACHABLE as exc:
-                return database_unavailable_page(request, exc)
+                return database_unavailable(request, exc)
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
-        if isinstance(exc, DATABASE_UNREACHABLE) and not request.path.startswith(NOT_PAGES):
-            return database_unavailable_page(request, exc)
+        if isinstance(exc, DATABASE_UNREACHABLE) and not request.path_info.startswith(NOT_PAGES):
+            return database_unavailable(request, exc)
         return None
