@@ -218,6 +218,23 @@ class Invocation(models.Model):
         default=list, blank=True, help_text="Lossless fixes made to the arguments before the call"
     )
     received_at = models.DateTimeField(default=timezone.now)
+    # OTLP agent attribution (traces_app.otlp). Set after the insert, and only on the few
+    # spans that need it, so ingest writes no more for the rest: database defaults.
+    names_agent = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="An agent span's agent, handed down to the spans below it that have none",
+    )
+    # NULL, not "", for the spans not waiting: the partial index below leaves them out,
+    # and both databases see that `agent_awaits IN (...)` can only match indexed rows.
+    agent_awaits = models.CharField(  # noqa: DJ001
+        max_length=16,
+        null=True,
+        blank=True,
+        help_text="The missing ancestor span whose arrival settles this span's agent",
+    )
 
     objects = InvocationQuerySet.as_manager()
 
@@ -235,6 +252,12 @@ class Invocation(models.Model):
             models.Index(fields=["started_at"], name="inv_started"),
             # Finds what a batch or the last minutes touched, for rollup refreshes.
             models.Index(fields=["received_at"], name="inv_received"),
+            # Partial: only spans still waiting for an ancestor, so it stays tiny.
+            models.Index(
+                fields=["trace", "agent_awaits"],
+                name="inv_agent_awaits",
+                condition=models.Q(agent_awaits__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

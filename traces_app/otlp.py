@@ -6,8 +6,10 @@ Three dialects of tool and LLM spans are read, in this order: OpenTelemetry GenA
 "other"), so a trace's waterfall stays whole, but are not counted as tool calls.
 
 A span's agent is its own agent attribute, else the resource's `gen_ai.agent.name`, else
-the name of its nearest agent span (itself included) among the spans of the same export
-request, else the resource's `service.name`.
+the name of its nearest agent span (itself included), else the resource's `service.name`.
+The nearest agent span is looked for in the export request, then among stored spans; a
+span that lacks one because an ancestor has not arrived yet waits for that ancestor, and
+takes its agent when it comes (see settle_agents), in whatever request and order.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db import transaction
+from django.db.models import Case, Q, Value, When
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -29,7 +33,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from pydantic import ValidationError
 
 from traces_app.bodies import MAX_JSON_DEPTH, nesting_exceeds, parse_json
-from traces_app.models import OtlpProducer, Trace
+from traces_app.models import Invocation, OtlpProducer, SpanKind, Trace, mark_rollups_dirty
 from traces_app.schemas import InvocationFromDict, InvocationIn, field_errors
 from traces_app.services import Refused, record_invocations
 
@@ -118,6 +122,19 @@ def encode_message(message: Message, content_type: str) -> bytes:
     return json_format.MessageToJson(message, indent=None).encode()
 
 
+@dataclass(frozen=True)
+class Above:
+    """What a walk up from a span's parent found: the nearest agent span's name, or else
+    the id of the first ancestor not (yet) there; neither when it reached a root or a loop.
+    """
+
+    name: str = ""
+    awaits: str = ""
+
+
+NOTHING_ABOVE = Above()
+
+
 @dataclass
 class SpanReading:
     """One OTLP span as read: the span to store, or why it was rejected, and its producer."""
@@ -129,6 +146,19 @@ class SpanReading:
     item: InvocationIn | None = None
     error: str = ""
     missing: tuple[str, ...] = ()
+    parent_span_id: str = ""
+    names_agent: str = ""  # the agent this span stands for (an agent span), else ""
+    own_agent: bool = False  # its agent is its own attribute's or its resource's
+    above: Above = NOTHING_ABOVE  # what the request holds above it
+
+    @property
+    def agent_fell_back(self) -> bool:
+        """Whether its agent is its service's name: none of its own, no agent span found."""
+        return not self.own_agent and not self.names_agent and not self.above.name
+
+    def agent_below(self) -> Above:
+        """Return what the spans below it inherit: its name if an agent span, else above."""
+        return Above(name=self.names_agent) if self.names_agent else self.above
 
     @property
     def is_tool(self) -> bool:
@@ -186,33 +216,62 @@ def read_spans(spans: Iterable[tuple[Span, dict[str, Any]]]) -> list[SpanReading
         attributes = attribute_dict(span.attributes)
         dialect, said = _read_dialect(attributes, span.name)
         read.append(ParsedSpan(span, resource, attributes, dialect, said))
-    agents = nearest_agents(read)
-    return [_reading(one, agents[one.key]) for one in read]
+    aboves = agents_above(read)
+    readings = []
+    for one in read:
+        above = aboves[one.key]
+        reading = _reading(one, one.said.names_agent or above.name)
+        reading.parent_span_id = one.span.parent_span_id.hex()
+        reading.names_agent = one.said.names_agent
+        reading.own_agent = bool(_text(one.said.agent or one.resource.get("gen_ai.agent.name")))
+        reading.above = above
+        readings.append(reading)
+    return readings
 
 
-def nearest_agents(spans: Sequence[ParsedSpan]) -> dict[tuple[bytes, bytes], str]:
-    """Return, per span, the name of its nearest agent span, itself included; "" for none.
+def agents_above(spans: Sequence[ParsedSpan]) -> dict[tuple[bytes, bytes], Above]:
+    """Return, per span, what a walk up from its parent through these spans finds.
 
-    Only the given spans (one export request) are searched, never the database: a parent
-    exported in an earlier request is not found. Each span is walked to once, and a
-    parent loop ends the walk.
+    The name of the nearest agent span above it; else the id of the first ancestor that
+    is not among them (exported in another request: settle_agents goes on from there);
+    else nothing (the walk reached a root, or a parent loop). Each span is walked once.
     """
     by_key = {one.key: one for one in spans}
-    found: dict[tuple[bytes, bytes], str] = {}
-    for start in spans:
-        path: set[tuple[bytes, bytes]] = set()
-        key, name = start.key, ""
-        while key in by_key and key not in found and key not in path:
-            path.add(key)
+    found: dict[tuple[bytes, bytes], Above] = {}  # from a span, itself included
+
+    def walk_from(start: tuple[bytes, bytes]) -> Above:
+        path: list[tuple[bytes, bytes]] = []
+        seen: set[tuple[bytes, bytes]] = set()
+        key = start
+        while True:
+            if key in found:
+                result = found[key]
+                break
+            if key not in by_key:
+                result = Above(awaits=key[1].hex())
+                break
+            if key in seen:  # a parent loop
+                result = NOTHING_ABOVE
+                break
+            path.append(key)
+            seen.add(key)
             current = by_key[key]
             if current.said.names_agent:
-                name = current.said.names_agent
+                result = Above(name=current.said.names_agent)
+                break
+            if not current.span.parent_span_id:
+                result = NOTHING_ABOVE
                 break
             key = (current.span.trace_id, current.span.parent_span_id)
-        else:
-            name = found.get(key, "")
-        found.update(dict.fromkeys(path, name))
-    return found
+        found.update(dict.fromkeys(path, result))
+        return result
+
+    return {
+        one.key: walk_from((one.span.trace_id, one.span.parent_span_id))
+        if one.span.parent_span_id
+        else NOTHING_ABOVE
+        for one in spans
+    }
 
 
 def store_readings(readings: Sequence[SpanReading]) -> list[SpanReading]:
@@ -221,7 +280,14 @@ def store_readings(readings: Sequence[SpanReading]) -> list[SpanReading]:
     Spans already stored (a retried export) are accepted again and counted once.
     """
     valid = [reading for reading in readings if reading.item is not None]
-    outcomes = record_invocations([reading.item for reading in valid]) if valid else []
+    with transaction.atomic():
+        outcomes = record_invocations([reading.item for reading in valid]) if valid else []
+        stored = [
+            (reading, outcome is True)
+            for reading, outcome in zip(valid, outcomes, strict=True)
+            if not isinstance(outcome, Refused)
+        ]
+        settle_agents([reading for reading, _ in stored], [new for _, new in stored])
     refused = [
         replace(reading, item=None, error=f"{outcome.field}: {outcome.reason}")
         for reading, outcome in zip(valid, outcomes, strict=True)
@@ -241,6 +307,240 @@ def store_readings(readings: Sequence[SpanReading]) -> list[SpanReading]:
         incomplete = [reading.incomplete_record() for reading in tool_spans if reading.missing]
         OtlpProducer.objects.record(producer, tool_spans[0].dialect, len(tool_spans), incomplete)
     return [reading for reading in readings if reading.item is None] + refused
+
+
+# Agent attribution across requests. The batch exporter splits a trace over requests, and
+# an agent span ends (and is exported) after the spans below it. A span without an agent
+# whose walk up stops at an ancestor that is not stored yet keeps its service's name and
+# records that ancestor in agent_awaits (a partial index holds only such spans); the
+# ancestor's arrival settles it. An agent span records its name in names_agent, so spans
+# arriving later find it. Only these few spans are written again after the insert.
+
+SpanKey = tuple[str, str]  # (trace id, span id), hex
+MAX_STORED_ANCESTORS = 32  # database look-ups (one query each) a walk up may take
+
+
+@dataclass
+class AgentChanges:
+    """What settling a request's agents writes: span fields, spans renamed, trace names."""
+
+    span_fields: dict[SpanKey, dict[str, Any]] = field(default_factory=dict)
+    renamed: list[tuple[datetime, str]] = field(default_factory=list)  # (started_at, tool)
+    roots: dict[str, str] = field(default_factory=dict)  # trace: its root span's own agent
+    topmost: dict[str, tuple[datetime, str]] = field(default_factory=dict)
+    fallback_names: dict[str, set[str]] = field(default_factory=dict)
+
+    def set(self, key: SpanKey, **fields: Any) -> None:
+        self.span_fields.setdefault(key, {}).update(fields)
+
+    def rename(self, key: SpanKey, agent: str, started_at: datetime, kind: str, tool: str) -> None:
+        """Give a span whose agent was its service's name the agent of its agent span."""
+        self.set(key, agent=agent, agent_awaits=None)
+        self.renamed.append((started_at, tool if kind == SpanKind.TOOL else ""))
+
+    def note_topmost(self, trace_id: str, started_at: datetime, name: str) -> None:
+        """Note an agent span with no agent span above it; the earliest one names its trace."""
+        if trace_id not in self.topmost or started_at < self.topmost[trace_id][0]:
+            self.topmost[trace_id] = (started_at, name)
+
+
+def settle_agents(readings: Sequence[SpanReading], is_new: Sequence[bool]) -> None:
+    """Settle the agents of stored spans, in the transaction that stored them.
+
+    A new span without an agent takes that of its nearest agent span stored earlier, or
+    waits for the missing ancestor it stopped at; stored spans waiting for a span of this
+    request take what that span hands down. A trace is named after its root span's own
+    agent, else after its topmost agent span when its name was a service's. Runs after
+    the insert, under the trace's row lock, so concurrent requests of one trace take turns.
+    """
+    in_request = {(reading.trace_id, reading.span_id): reading for reading in readings}
+    waiters = _stored_waiters(set(in_request))
+    new = [reading for reading, new in zip(readings, is_new, strict=True) if new]
+    open_ends = {
+        (reading.trace_id, reading.above.awaits)
+        for reading in new
+        if (reading.agent_fell_back or reading.names_agent) and reading.above.awaits
+    }
+    for trace_id, _, awaits, *_ in waiters:
+        below = in_request[(trace_id, awaits)].agent_below()
+        if below.awaits:
+            open_ends.add((trace_id, below.awaits))
+    found = _walk_stored(open_ends, in_request)
+
+    def settled(trace_id: str, above: Above) -> Above:
+        return found[(trace_id, above.awaits)] if above.awaits else above
+
+    changes = AgentChanges()
+    for reading in new:
+        walked = reading.agent_fell_back or reading.names_agent  # as in open_ends
+        above = settled(reading.trace_id, reading.above) if walked else reading.above
+        _settle_new(reading, above, changes)
+    for trace_id, span_id, awaits, agent, names_agent, kind, tool, started_at in waiters:
+        below = settled(trace_id, in_request[(trace_id, awaits)].agent_below())
+        key = (trace_id, span_id)
+        if below.awaits:
+            changes.set(key, agent_awaits=below.awaits)
+        elif names_agent:  # an agent span that waited to learn whether it is topmost
+            changes.set(key, agent_awaits=None)
+            if not below.name:
+                changes.note_topmost(trace_id, started_at, names_agent)
+        elif below.name:
+            changes.rename(key, below.name, started_at, kind, tool)
+            changes.fallback_names.setdefault(trace_id, set()).add(agent)
+        else:
+            changes.set(key, agent_awaits=None)
+    for reading in readings:
+        changes.fallback_names.setdefault(reading.trace_id, set()).add(reading.producer)
+    _write_agent_changes(changes)
+
+
+def _settle_new(reading: SpanReading, above: Above, changes: AgentChanges) -> None:
+    """Note what a newly stored span's walk up (through the request, then stored spans) gives."""
+    item = reading.item
+    assert item is not None  # only stored spans are settled
+    key = (reading.trace_id, reading.span_id)
+    if not reading.parent_span_id and (reading.own_agent or reading.names_agent):
+        changes.roots[reading.trace_id] = item.agent
+    if reading.names_agent:
+        changes.set(key, names_agent=reading.names_agent)
+        if above.awaits:
+            changes.set(key, agent_awaits=above.awaits)
+        elif not above.name:
+            changes.note_topmost(reading.trace_id, item.started_at, reading.names_agent)
+    elif reading.agent_fell_back:
+        changes.fallback_names.setdefault(reading.trace_id, set()).add(item.agent)
+        if above.name:  # found among stored spans
+            changes.rename(key, above.name, item.started_at, item.kind, item.tool_name)
+        elif above.awaits:
+            changes.set(key, agent_awaits=above.awaits)
+
+
+def _stored_waiters(keys: set[SpanKey]) -> list[tuple]:
+    """Return the stored spans waiting for one of these spans, with what settling them needs."""
+    rows = (
+        Invocation.objects.filter(
+            trace_id__in={trace_id for trace_id, _ in keys},
+            agent_awaits__in={span_id for _, span_id in keys},
+        )
+        .order_by()
+        .values_list(
+            "trace_id", "span_id", "agent_awaits", "agent", "names_agent", "kind", "tool_name",
+            "started_at",
+        )
+    )  # fmt: skip
+    return [row for row in rows if (row[0], row[2]) in keys]
+
+
+def _walk_stored(
+    starts: set[SpanKey], in_request: dict[SpanKey, SpanReading]
+) -> dict[SpanKey, Above]:
+    """Return, per span missing from the request, what a walk up from it through stored spans finds.
+
+    A stored agent span gives its name; a stored span that waits goes on from the span it
+    waits for, others from their parent; a span of the request goes on as its walk in the
+    request did; a span not stored is where the walk stops, to wait. One query per step
+    up for all walks, at most MAX_STORED_ANCESTORS; a parent loop or a deeper chain finds
+    nothing.
+    """
+    found: dict[SpanKey, Above] = {}
+    stored: dict[SpanKey, tuple[str, str, str | None] | None] = {}
+    walks = {start: (start, {start}) for start in starts}  # start: (where it is, seen)
+    for _ in range(MAX_STORED_ANCESTORS):
+        for start, (key, seen) in list(walks.items()):
+            while key in in_request or key in stored:
+                step = _step(key, in_request, stored)
+                if isinstance(step, Above):
+                    found[start] = step
+                    del walks[start]
+                    break
+                if step in seen:
+                    found[start] = NOTHING_ABOVE
+                    del walks[start]
+                    break
+                seen.add(step)
+                key = step
+            else:
+                walks[start] = (key, seen)
+        if not walks:
+            return found
+        _fetch_stored({key for key, _ in walks.values()}, stored)
+    found.update(dict.fromkeys(walks, NOTHING_ABOVE))
+    return found
+
+
+def _step(
+    key: SpanKey,
+    in_request: dict[SpanKey, SpanReading],
+    stored: dict[SpanKey, tuple[str, str, str | None] | None],
+) -> Above | SpanKey:
+    """Return where a walk up goes from a span it reached, or what it found there."""
+    trace_id, span_id = key
+    if key in in_request:
+        below = in_request[key].agent_below()
+        return (trace_id, below.awaits) if below.awaits else below
+    row = stored[key]
+    if row is None:
+        return Above(awaits=span_id)
+    parent, names_agent, awaits = row
+    if names_agent:
+        return Above(name=names_agent)
+    if awaits or parent:
+        return (trace_id, awaits or parent)
+    return NOTHING_ABOVE
+
+
+def _fetch_stored(
+    keys: set[SpanKey], stored: dict[SpanKey, tuple[str, str, str | None] | None]
+) -> None:
+    """Read these spans' parent, names_agent and agent_awaits into `stored` (None: not stored)."""
+    rows = (
+        Invocation.objects.filter(
+            trace_id__in={trace_id for trace_id, _ in keys},
+            span_id__in={span_id for _, span_id in keys},
+        )
+        .order_by()
+        .values_list("trace_id", "span_id", "parent_span_id", "names_agent", "agent_awaits")
+    )
+    stored.update(dict.fromkeys(keys))
+    for trace_id, span_id, *row in rows:
+        if (trace_id, span_id) in keys:
+            stored[(trace_id, span_id)] = tuple(row)
+
+
+def _write_agent_changes(changes: AgentChanges) -> None:
+    """Write the settled agents: one UPDATE per distinct change, one for the traces' names."""
+    by_change: dict[tuple, list[SpanKey]] = {}
+    for key, fields in changes.span_fields.items():
+        by_change.setdefault(tuple(sorted(fields.items())), []).append(key)
+    for fields, keys in by_change.items():
+        Invocation.objects.filter(_keys_condition(keys)).update(**dict(fields))
+    if changes.renamed:
+        mark_rollups_dirty(changes.renamed)
+    names = dict(changes.roots)
+    condition = Q()
+    for trace_id, agent in changes.roots.items():
+        condition |= Q(pk=trace_id) & ~Q(agent=agent)
+    for trace_id, (_, agent) in changes.topmost.items():
+        if trace_id not in names:
+            names[trace_id] = agent
+            # Only a name that came from a fallback (a service's) gives way to an agent's.
+            fallbacks = {"", *changes.fallback_names.get(trace_id, ())}
+            condition |= Q(pk=trace_id, agent__in=fallbacks) & ~Q(agent=agent)
+    if names:
+        Trace.objects.filter(condition).update(
+            agent=Case(*(When(pk=pk, then=Value(agent)) for pk, agent in names.items()))
+        )
+
+
+def _keys_condition(keys: Iterable[SpanKey]) -> Q:
+    """Return the condition "is one of these (trace id, span id)"."""
+    by_trace: dict[str, list[str]] = {}
+    for trace_id, span_id in keys:
+        by_trace.setdefault(trace_id, []).append(span_id)
+    condition = Q()
+    for trace_id, span_ids in by_trace.items():
+        condition |= Q(trace_id=trace_id, span_id__in=span_ids)
+    return condition
 
 
 def rejection_summary(rejected: Sequence[SpanReading], total: int, shown: int = 5) -> str:
