@@ -25,7 +25,8 @@ class PlanIn(Schema):
     request: str = Field(min_length=1, max_length=4000, description="The user's request")
 
 
-class ExecuteIn(Schema):
+class BridgeExecuteIn(Schema):
+    # Not ExecuteIn: OpenAPI names schemas by class, and tools_app's ExecuteIn has that name.
     tool: str | None = Field(default=None, max_length=200, description="A tool name, if any")
     arguments: dict[str, Any] | str | None = None
     request: str = Field(default="", max_length=4000, description="The user's request")
@@ -51,7 +52,7 @@ def create_plan(request: HttpRequest, payload: PlanIn) -> dict[str, Any]:
     response=responses(dict[str, Any], *WITH_BODY),
     summary="Run a tool or a request through the Bridge",
 )
-def execute_through_bridge(request: HttpRequest, payload: ExecuteIn) -> dict[str, Any]:
+def execute_through_bridge(request: HttpRequest, payload: BridgeExecuteIn) -> dict[str, Any]:
     """Run the named tool, or plan from the request when there is none or it is unknown."""
     context = CallContext(
         chosen_by="external",

@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
+from django.utils.datastructures import MultiValueDict
 from ninja.errors import HttpError
 from ninja.parser import Parser
 
@@ -155,10 +156,19 @@ def json_type(value: Any) -> str:
 
 
 class JsonBodyParser(Parser):
-    """Ninja's body parser: our limits, gzip and deflate, clear errors, objects only.
+    """Ninja's parser: our limits, gzip and deflate, clear errors, objects only.
 
-    Every body the API's operations take is an object; anything else is a 422.
+    Every body the API's operations take is an object; anything else is a 422. A query
+    parameter that is not a list may be given once: ninja would silently keep the last.
     """
 
     def parse_body(self, request: HttpRequest) -> Any:
         return read_json_object(request)
+
+    def parse_querydict(
+        self, data: MultiValueDict, list_fields: list[str], request: HttpRequest
+    ) -> dict[str, Any]:
+        for key, values in data.lists():
+            if key not in list_fields and len(values) > 1:
+                raise HttpError(422, f"{key}: given {len(values)} times; give it once")
+        return super().parse_querydict(data, list_fields, request)

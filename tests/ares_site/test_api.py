@@ -166,3 +166,35 @@ def test_it_answers_429_with_retry_after_when_the_database_is_locked(
     assert response.status_code == 429
     assert response.headers["Retry-After"] == "5"
     assert response.json() == {"detail": "database busy; nothing was stored, retry later"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "field"),
+    [
+        ("post", "/api/v1/tools/{name}/execute", "parent_span_id"),
+        ("post", "/api/v1/execute", "fallback"),
+        ("post", "/api/v1/plan", "request"),
+        ("post", "/api/v1/chat", "messages"),
+    ],
+)
+def test_each_body_is_documented_with_its_own_fields(openapi, method, path, field):
+    body = openapi["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+    name = body["$ref"].rsplit("/", 1)[-1]
+
+    assert field in openapi["components"]["schemas"][name]["properties"]
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/traces", "tool=calculator&tool=hash_tool"),
+        ("/invocations", "limit=5&limit=6"),
+        ("/otlp/producers", "name=a&name=b"),
+    ],
+)
+def test_it_refuses_a_query_parameter_given_twice(full_api, path, query):
+    response = full_api.get(f"{path}?{query}")
+
+    assert response.status_code == 422
+    name = query.split("=", 1)[0]
+    assert response.json() == {"detail": f"{name}: given 2 times; give it once"}
