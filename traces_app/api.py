@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -25,6 +26,7 @@ from traces_app.paging import BadCursor, keyset_page
 from traces_app.schemas import (
     TRACE_ID_PATTERN,
     BatchOut,
+    CountOut,
     FieldError,
     FilterMoment,
     InvocationFromDict,
@@ -34,7 +36,7 @@ from traces_app.schemas import (
     OtlpProducerOut,
     ToolStatsWindowOut,
     TraceDetailOut,
-    TraceOut,
+    TraceListItemOut,
     field_errors,
 )
 from traces_app.services import Refused, record_invocations
@@ -152,7 +154,7 @@ class Page(Schema):
 
 
 class TracePage(Page):
-    items: list[TraceOut]
+    items: list[TraceListItemOut]
 
 
 class InvocationPage(Page):
@@ -162,6 +164,29 @@ class InvocationPage(Page):
 class PageQuery(Schema):
     cursor: str | None = None
     limit: int = Field(50, ge=1, le=500)
+
+
+# With include=spans, a page holds at most TRACES_WITH_SPANS traces of at most
+# SPANS_PER_TRACE spans each, which bounds what one answer reads, holds and sends.
+TRACES_WITH_SPANS = 50
+SPANS_PER_TRACE = 1000
+# Counting stops here: a count costs at most this many rows, however many match.
+COUNT_LIMIT = 10_000
+
+
+class IncludeQuery(Schema):
+    include: Literal["spans"] | None = Field(
+        None,
+        description=f"spans: each trace with its spans, in time order (then limit is at most "
+        f"{TRACES_WITH_SPANS})",
+    )
+    spans_limit: int = Field(
+        SPANS_PER_TRACE,
+        ge=1,
+        le=SPANS_PER_TRACE,
+        description="With include=spans: at most this many spans a trace, the earliest; "
+        "spans_truncated says when a trace has more",
+    )
 
 
 class TimeFilter(FilterSchema):
@@ -207,13 +232,73 @@ def paginate_by_start(queryset: QuerySet, page: PageQuery) -> tuple[list[Any], s
 
 
 @router.get(
-    "/traces", auth=key_or_staff("read"), response=responses(TracePage), summary="List traces"
+    "/traces",
+    auth=key_or_staff("read"),
+    response=responses(TracePage),
+    summary="List traces",
+    exclude_unset=True,  # spans and spans_truncated: only with include=spans
 )
 def list_traces(
-    request: HttpRequest, filters: Query[TraceFilter], page: Query[PageQuery]
+    request: HttpRequest,
+    filters: Query[TraceFilter],
+    page: Query[PageQuery],
+    include: Query[IncludeQuery],
 ) -> dict[str, Any]:
+    """List traces, newest first; with include=spans, each with its spans in time order."""
+    if include.include == "spans" and page.limit > TRACES_WITH_SPANS:
+        raise HttpError(422, f"limit: at most {TRACES_WITH_SPANS} traces a page with include=spans")
     items, next_cursor = paginate_by_start(filters.filter(Trace.objects.all()), page)
+    if include.include == "spans":
+        attach_spans(items, include.spans_limit)
     return {"items": items, "next_cursor": next_cursor}
+
+
+def attach_spans(traces: list[Trace], per_trace: int) -> None:
+    """Give each trace its first `per_trace` spans in time order and whether it has more.
+
+    One query for the whole page: a window function numbers each trace's spans in time
+    order, and only the first per_trace + 1 of each are read (the extra one says that
+    there are more).
+    """
+    position = Window(
+        RowNumber(), partition_by=F("trace_id"), order_by=(F("started_at").asc(), F("pk").asc())
+    )
+    spans = (
+        Invocation.objects.filter(trace_id__in=[trace.pk for trace in traces])
+        .annotate(position=position)
+        .filter(position__lte=per_trace + 1)
+        .order_by("trace_id", "started_at", "pk")
+    )
+    by_trace: dict[str, list[Invocation]] = defaultdict(list)
+    for span in spans:
+        by_trace[span.trace_id].append(span)
+    for trace in traces:
+        found = by_trace[trace.pk]
+        trace.spans, trace.spans_truncated = found[:per_trace], len(found) > per_trace
+
+
+def count_up_to_limit(queryset: QuerySet) -> dict[str, Any]:
+    """Return how many rows match, exact up to COUNT_LIMIT; beyond it, COUNT_LIMIT, not exact."""
+    found = queryset.order_by()[: COUNT_LIMIT + 1].count()
+    return {"count": min(found, COUNT_LIMIT), "exact": found <= COUNT_LIMIT}
+
+
+COUNT_DESCRIPTION = (
+    f"Exact up to {COUNT_LIMIT:,}: counting stops there, so a count costs at most "
+    f"{COUNT_LIMIT + 1:,} rows. When more match, the answer is "
+    f'`{{"count": {COUNT_LIMIT}, "exact": false}}`: more than {COUNT_LIMIT:,}.'
+)
+
+
+@router.get(
+    "/traces/count",
+    auth=key_or_staff("read"),
+    response=responses(CountOut),
+    summary="Count the traces a filter matches",
+    description=COUNT_DESCRIPTION,
+)
+def count_traces(request: HttpRequest, filters: Query[TraceFilter]) -> dict[str, Any]:
+    return count_up_to_limit(filters.filter(Trace.objects.all()))
 
 
 @router.get(
@@ -246,6 +331,17 @@ def list_invocations(
     queryset = filters.filter(Invocation.objects.all())
     items, next_cursor = paginate_by_start(queryset, page)
     return {"items": items, "next_cursor": next_cursor}
+
+
+@router.get(
+    "/invocations/count",
+    auth=key_or_staff("read"),
+    response=responses(CountOut),
+    summary="Count the spans a filter matches",
+    description=COUNT_DESCRIPTION,
+)
+def count_invocations(request: HttpRequest, filters: Query[InvocationFilter]) -> dict[str, Any]:
+    return count_up_to_limit(filters.filter(Invocation.objects.all()))
 
 
 @router.get(

@@ -248,6 +248,27 @@ class TraceDetailOut(TraceOut):
     spans: list[InvocationOut]
 
 
+class TraceListItemOut(TraceOut):
+    """A trace in a listing; with include=spans, its spans too (bounded)."""
+
+    spans: list[InvocationOut] | None = Field(
+        None, description="With include=spans only: its first spans_limit spans, in time order"
+    )
+    spans_truncated: bool | None = Field(
+        None,
+        description="With include=spans only: true when the trace has more spans than "
+        "spans_limit (span_count says how many)",
+    )
+
+
+class CountOut(Schema):
+    count: int = Field(description="How many match, counted up to the limit")
+    exact: bool = Field(
+        description="false when more match than the limit: count is then the limit, and "
+        "more than that many match"
+    )
+
+
 class ToolStatsOut(Schema):
     tool_name: str
     calls: int

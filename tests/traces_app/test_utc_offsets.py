@@ -154,7 +154,7 @@ BAD_FILTER_MOMENTS = [
 ]
 
 
-@pytest.mark.parametrize("path", [*LISTS, "/tools/stats"])
+@pytest.mark.parametrize("path", [*LISTS, "/tools/stats", "/traces/count", "/invocations/count"])
 @pytest.mark.parametrize("name", ["since", "until"])
 @pytest.mark.parametrize(("moment", "words"), BAD_FILTER_MOMENTS)
 def test_it_refuses_a_filter_moment_it_cannot_use(api, problem, path, name, moment, words):
