@@ -11,15 +11,22 @@
     }).then(function () { element.dataset.rendered = "true"; });
   }
 
+  // A cell a spreadsheet would run as a formula (OWASP: it starts with = + - @, a tab or a
+  // carriage return) gets a leading quote. A number, signed or not, stays a number, and a
+  // lone "-" (no value) stays as shown: neither can hold a formula.
+  var FORMULA_START = /^[=+\-@\t\r]/;
+  var NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+
   function csvCell(text) {
-    return /[",\n]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
+    if (FORMULA_START.test(text) && !NUMBER.test(text) && text !== "-") { text = "'" + text; }
+    return /[",\n\r]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
   }
 
   function download(button) {
     var table = document.querySelector("#" + button.dataset.csv + " table");
     var lines = Array.prototype.map.call(table.rows, function (row) {
       return Array.prototype.map.call(row.cells, function (cell) {
-        return csvCell(cell.textContent.trim());
+        return csvCell(cell.textContent);  // not trimmed: a leading tab is kept, then neutralized
       }).join(",");
     });
     var blob = new Blob([lines.join("\n") + "\n"], { type: "text/csv" });
