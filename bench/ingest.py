@@ -11,7 +11,12 @@ spans per second, the server's peak memory (RSS of gunicorn's master and workers
 its CPU time per 1000 spans, which tells what the code costs even on a busy machine.
 
     .venv/bin/python bench/ingest.py [--database sqlite|postgres|both] [--invocations N]
-                                     [--mode rest|otlp|both]
+                                     [--mode rest|otlp|both] [--agent-spans]
+
+With --agent-spans, each OTLP trace gets an `invoke_agent` root span named after its agent,
+exported after the spans below it, which carry no agent (their service is BENCH_SERVICE):
+the batch exporter splits some traces so that the agent span comes in a later request, and
+the run counts the tool spans that kept the service's name instead of the agent's (0 wanted).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import gzip
 import json
 import os
 import queue
+import random
 import secrets
 import signal
 import socket
@@ -57,6 +63,7 @@ BIN = Path(sys.executable).parent
 BATCH_SIZE = 1000
 OTLP_BATCH_SIZE = 512  # the BatchSpanProcessor's default max_export_batch_size
 DEFAULT_POSTGRES_URL = "postgres://ares:ares@127.0.0.1:5432/ares_bench"
+BENCH_SERVICE = "bench-agents"  # service.name of --agent-spans spans, which name no agent
 
 
 @dataclass
@@ -71,6 +78,7 @@ class Result:
     database_cpu_seconds: float
     client_cpu_seconds: float = 0.0
     tool_spans: int = 0
+    unattributed: int | None = None  # --agent-spans: tool spans left with the service's name
 
     @property
     def cpu_ms_per_1000(self) -> float:
@@ -108,6 +116,11 @@ def parse_args() -> argparse.Namespace:
         help="server and credentials; the database name is a prefix for a throwaway one",
     )
     parser.add_argument("--gzip", action="store_true", help="send gzip-compressed bodies")
+    parser.add_argument(
+        "--agent-spans",
+        action="store_true",
+        help="OTLP: an agent root span per trace, after its spans, which name no agent",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--time-limit", type=float, default=900, help="seconds one database's run may take"
@@ -129,42 +142,79 @@ def encode_batches(count: int, seed: int, compress: bool) -> list[tuple[int, byt
     return batches
 
 
-def demo_readable_spans(count: int, seed: int) -> list[ReadableSpan]:
+def demo_readable_spans(count: int, seed: int, agent_spans: bool = False) -> list[ReadableSpan]:
     """Return `count` demo spans as the SDK's finished spans, in OpenTelemetry GenAI conventions.
 
     The same spans as the REST mode sends (ids, times, tools, tokens), one resource per
-    agent (service.name), as the agents' own SDKs would hold them when they end.
+    agent (service.name), as the agents' own SDKs would hold them when they end. With
+    `agent_spans`, each trace's spans are children of an invoke_agent span that names the
+    agent and ends (so comes) after them, and their resource names no agent.
     """
     scope = InstrumentationScope("ares-bench")
     resources: dict[str, Resource] = {}
-    spans = []
+    rng = random.Random(seed)
+    traces: list[list[dict]] = []
     for demo in demo_spans(count, seed=seed):
-        agent = demo["agent"]
-        resource = resources.setdefault(agent, Resource.create({"service.name": agent}))
-        context = SpanContext(
-            int(demo["trace_id"], 16),
-            int(demo["span_id"], 16),
-            is_remote=False,
-            trace_flags=TraceFlags(TraceFlags.SAMPLED),
-        )
-        name, attributes = genai_attributes(demo)
-        start = nanoseconds(datetime.fromisoformat(demo["started_at"]))
-        failed = demo["status"] == "error"
-        spans.append(
-            ReadableSpan(
-                name=name,
-                context=context,
-                resource=resource,
-                attributes=attributes,
-                start_time=start,
-                end_time=start + round(demo["latency_ms"] * 1e6),
-                status=Status(StatusCode.ERROR, demo["error_message"])
-                if failed
-                else Status(StatusCode.OK),
-                instrumentation_scope=scope,
+        if not traces or traces[-1][0]["trace_id"] != demo["trace_id"]:
+            traces.append([])
+        traces[-1].append(demo)
+    spans = []
+    for trace in traces:
+        service = BENCH_SERVICE if agent_spans else trace[0]["agent"]
+        resource = resources.setdefault(service, Resource.create({"service.name": service}))
+        agent = invoke_agent_span(trace, rng.getrandbits(63) + 1, resource) if agent_spans else None
+        for demo in trace:
+            name, attributes = genai_attributes(demo)
+            start, end = span_times(demo)
+            failed = demo["status"] == "error"
+            spans.append(
+                ReadableSpan(
+                    name=name,
+                    context=span_context(demo["trace_id"], int(demo["span_id"], 16)),
+                    parent=agent.context if agent else None,
+                    resource=resource,
+                    attributes=attributes,
+                    start_time=start,
+                    end_time=end,
+                    status=Status(StatusCode.ERROR, demo["error_message"])
+                    if failed
+                    else Status(StatusCode.OK),
+                    instrumentation_scope=scope,
+                )
             )
-        )
+        if agent:
+            spans.append(agent)
     return spans
+
+
+def span_context(trace_id: str, span_id: int) -> SpanContext:
+    return SpanContext(
+        int(trace_id, 16), span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+    )
+
+
+def span_times(demo: dict) -> tuple[int, int]:
+    """Return a demo span's start and end, in nanoseconds since the epoch."""
+    start = nanoseconds(datetime.fromisoformat(demo["started_at"]))
+    return start, start + round(demo["latency_ms"] * 1e6)
+
+
+def invoke_agent_span(trace: list[dict], span_id: int, resource: Resource) -> ReadableSpan:
+    """Return an invoke_agent span over a demo trace's spans, naming its agent."""
+    times = [span_times(demo) for demo in trace]
+    return ReadableSpan(
+        name=f"invoke_agent {trace[0]['agent']}",
+        context=span_context(trace[0]["trace_id"], span_id),
+        resource=resource,
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": trace[0]["agent"],
+        },
+        start_time=min(start for start, _ in times),
+        end_time=max(end for _, end in times),
+        status=Status(StatusCode.OK),
+        instrumentation_scope=InstrumentationScope("ares-bench"),
+    )
 
 
 def nanoseconds(moment: datetime) -> int:
@@ -522,6 +572,8 @@ class Workload:
     mode: str
     items: list
     tool_spans: int
+    spans: int  # what the server must store: the demo spans, and any agent spans
+    agent_spans: bool = False
 
     def send(self, port: int, key: str, clients: int, deadline: float) -> float:
         """Send everything to the server on `port`; return the elapsed seconds."""
@@ -534,14 +586,16 @@ def prepare(mode: str, args: argparse.Namespace) -> Workload:
     """Return the workload of a mode: the same demo spans, encoded for REST or made for OTLP."""
     tools = sum(span["kind"] == "tool" for span in demo_spans(args.invocations, seed=args.seed))
     if mode == "otlp":
-        return Workload(mode, demo_readable_spans(args.invocations, args.seed), tools)
-    return Workload(mode, encode_batches(args.invocations, args.seed, args.gzip), tools)
+        spans = demo_readable_spans(args.invocations, args.seed, args.agent_spans)
+        return Workload(mode, spans, tools, len(spans), args.agent_spans)
+    batches = encode_batches(args.invocations, args.seed, args.gzip)
+    return Workload(mode, batches, tools, args.invocations)
 
 
 def run_server_bench(
     database: str,
     database_url: str,
-    count_rows: Callable[[], tuple[int, int]],
+    count_rows: Callable[[], tuple[int, int, int]],
     args: argparse.Namespace,
     workload: Workload,
     backends_of: str | None = None,
@@ -561,16 +615,21 @@ def run_server_bench(
             sampler.stop()
         client_cpu = time.process_time() - client_cpu
         workers = len(process_tree(read_processes(), server.pid)) - 1
-    stored, traced = count_rows()
+    stored, traced, unattributed = count_rows()
     name = f"{database}/{workload.mode}"
-    if stored != args.invocations or traced != args.invocations:
+    if stored != workload.spans or traced != workload.spans:
         raise BenchError(
             f"{name}: {stored} spans stored and {traced} counted in trace totals, "
-            f"wanted {args.invocations}"
+            f"wanted {workload.spans}"
+        )
+    if workload.agent_spans and unattributed:
+        raise BenchError(
+            f"{name}: {unattributed} of {workload.tool_spans} tool spans kept the service's "
+            "name instead of their agent span's"
         )
     return Result(
         name,
-        args.invocations,
+        workload.spans,
         args.clients,
         workers,
         seconds,
@@ -579,12 +638,15 @@ def run_server_bench(
         sampler.cpu_seconds("postgres"),
         client_cpu,
         workload.tool_spans,
+        unattributed if workload.agent_spans else None,
     )
 
 
 COUNT_SQL = (
     "SELECT (SELECT count(*) FROM traces_app_invocation),"
-    " (SELECT coalesce(sum(span_count), 0) FROM traces_app_trace)"
+    " (SELECT coalesce(sum(span_count), 0) FROM traces_app_trace),"
+    " (SELECT count(*) FROM traces_app_invocation"
+    f"  WHERE kind = 'tool' AND agent = '{BENCH_SERVICE}')"
 )
 
 
@@ -592,7 +654,7 @@ def bench_sqlite(args: argparse.Namespace, workload: Workload) -> Result:
     with tempfile.TemporaryDirectory(prefix="ares-bench-") as folder:
         path = Path(folder) / "bench.sqlite3"
 
-        def count_rows() -> tuple[int, int]:
+        def count_rows() -> tuple[int, int, int]:
             with sqlite3.connect(path) as db:
                 return db.execute(COUNT_SQL).fetchone()
 
@@ -608,7 +670,7 @@ def bench_postgres(args: argparse.Namespace, workload: Workload) -> Result | Non
         if bench_url is None:
             return None
 
-        def count_rows() -> tuple[int, int]:
+        def count_rows() -> tuple[int, int, int]:
             dsn = urlunsplit(parts._replace(scheme="postgresql", path=f"/{name}"))
             with psycopg.connect(dsn) as db:
                 return db.execute(COUNT_SQL).fetchone()
@@ -684,6 +746,11 @@ def print_result(result: Result) -> None:
         f"PostgreSQL {result.ms_per_1000(result.database_cpu_seconds):.0f} ms, "
         f"this client {result.ms_per_1000(result.client_cpu_seconds):.0f} ms"
     )
+    if result.unattributed is not None:
+        print(
+            f"{result.database}: {result.unattributed} of {result.tool_spans} tool spans kept "
+            f"the service's name ({BENCH_SERVICE}) instead of their agent span's"
+        )
 
 
 if __name__ == "__main__":
