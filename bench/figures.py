@@ -35,10 +35,11 @@ def postgres_database(server_url: str, name: str, *, keep: bool = False) -> Iter
         exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if not exists:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        try:
-            yield urlunsplit(parts._replace(path=f"/{name}"))
-        finally:
-            if not keep:
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        if not keep:  # a new connection: a bench may have restarted the server meanwhile
+            with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
                 admin.execute(
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
