@@ -381,7 +381,7 @@ def demo_span_now(tool: str) -> dict:
 
 @contextmanager
 def celery_worker(env: dict[str, str]) -> Iterator[None]:
-    """Run a Celery worker with its beat for the bench database."""
+    """Run a Celery worker with its beat for the bench database (beat state in ARES_VAR_DIR)."""
     worker = subprocess.Popen(
         [
             str(BIN / "celery"),
@@ -389,6 +389,8 @@ def celery_worker(env: dict[str, str]) -> Iterator[None]:
             "ares_site",
             "worker",
             "-B",
+            "--schedule",
+            f"{env['ARES_VAR_DIR']}/celerybeat-schedule",
             "--pool=solo",
             "--loglevel=WARNING",
         ],

@@ -272,3 +272,21 @@ def test_a_batch_the_database_refuses_whole_is_a_422(
     response = api.post("/invocations", json={"invocations": [make_span(tool_name=REFUSED_TOOL)]})
     assert response.status_code == 422
     assert response.json()["rejected"] == 1 and not Invocation.objects.exists()
+
+
+@pytest.mark.redis
+def test_a_real_worker_recounts_the_marks(
+    redis_worker: tuple[str, str], no_recount_after_ingest: None
+) -> None:
+    from ares_site.celery import app as celery_app
+    from traces_app.tasks import recount_rollups_task
+
+    broker, queue = redis_worker
+    _record(*(_span(THIS_HOUR, minute) for minute in range(3)))
+    with celery_app.connection_for_write(broker) as broker_connection:
+        recount_rollups_task.apply_async(queue=queue, connection=broker_connection)
+    deadline = time.monotonic() + 60
+    while RollupMark.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not RollupMark.objects.exists()
+    assert _rolled_up_calls("calculator") == 3
