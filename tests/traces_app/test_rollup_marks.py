@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from tests.conftest import make_span
 from traces_app import services
@@ -211,67 +210,6 @@ def test_check_rollups_refuses_a_bad_range() -> None:
         call_command("check_rollups", "--since", "yesterday")
     with pytest.raises(CommandError, match="before --until"):
         call_command("check_rollups", "--since", "2026-01-02", "--until", "2026-01-01")
-
-
-REFUSED_TOOL = "refused_by_db"
-
-
-@pytest.fixture
-def database_refuses_a_tool(transactional_db: None) -> Iterator[None]:
-    """Make the database itself refuse spans of one tool, as a constraint would."""
-    table = Invocation._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                "CREATE FUNCTION refuse_span() RETURNS trigger AS $$ BEGIN "
-                f"IF NEW.tool_name = '{REFUSED_TOOL}' THEN RAISE EXCEPTION 'tool refused' "
-                "USING ERRCODE = 'check_violation', COLUMN = 'tool_name'; END IF; "
-                "RETURN NEW; END $$ LANGUAGE plpgsql"
-            )
-            cursor.execute(
-                f"CREATE TRIGGER refuse_span BEFORE INSERT ON {table} "
-                "FOR EACH ROW EXECUTE FUNCTION refuse_span()"
-            )
-        else:
-            cursor.execute(
-                f"CREATE TRIGGER refuse_span BEFORE INSERT ON {table} "
-                f"WHEN NEW.tool_name = '{REFUSED_TOOL}' "
-                "BEGIN SELECT RAISE(ABORT, 'tool refused'); END"
-            )
-    yield
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"DROP TRIGGER refuse_span ON {table}")
-            cursor.execute("DROP FUNCTION refuse_span()")
-        else:
-            cursor.execute("DROP TRIGGER refuse_span")
-
-
-def test_one_span_the_database_refuses_costs_only_itself(
-    api: httpx.Client, database_refuses_a_tool: None
-) -> None:
-    spans = [make_span() for _ in range(3)]
-    spans.insert(1, make_span(tool_name=REFUSED_TOOL))
-    body = api.post("/invocations", json={"invocations": spans}).json()
-    assert (body["accepted"], body["duplicates"], body["rejected"]) == (3, 0, 1)
-    refused = body["items"][1]
-    assert refused["status"] == "rejected" and refused["span_id"] == spans[1]["span_id"]
-    error = refused["errors"][0]
-    assert "the database refused it" in error["reason"] and "tool refused" in error["reason"]
-    if connection.vendor == "postgresql":
-        assert error["field"] == "tool_name"
-    stored = set(Invocation.objects.values_list("span_id", flat=True))
-    assert stored == {span["span_id"] for i, span in enumerate(spans) if i != 1}
-    again = api.post("/invocations", json={"invocations": spans}).json()
-    assert (again["accepted"], again["duplicates"], again["rejected"]) == (0, 3, 1)
-
-
-def test_a_batch_the_database_refuses_whole_is_a_422(
-    api: httpx.Client, database_refuses_a_tool: None
-) -> None:
-    response = api.post("/invocations", json={"invocations": [make_span(tool_name=REFUSED_TOOL)]})
-    assert response.status_code == 422
-    assert response.json()["rejected"] == 1 and not Invocation.objects.exists()
 
 
 @pytest.mark.redis
