@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -10,6 +11,7 @@ from django.utils import timezone
 from ninja import Schema
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -159,7 +161,20 @@ def _filter_moment(value: datetime) -> datetime:
         raise PydanticCustomError("datetime_range", str(exc)) from None
 
 
-FilterMoment = Annotated[datetime, AfterValidator(_filter_moment)]
+# A date, then a time: what ISO 8601 date-times begin with (pydantic would also read a
+# bare number as seconds since 1970, which no client of a date-time filter means).
+_ISO_DATE_TIME_START = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _iso_date_time(value: Any) -> Any:
+    if isinstance(value, str) and not _ISO_DATE_TIME_START.match(value):
+        raise PydanticCustomError(
+            "datetime_format", "must be an ISO 8601 datetime like 2026-01-31T12:00:00Z"
+        )
+    return value
+
+
+FilterMoment = Annotated[datetime, BeforeValidator(_iso_date_time), AfterValidator(_filter_moment)]
 """A read filter's moment: an ISO 8601 date-time, read as UTC without a zone, in UTC after."""
 
 

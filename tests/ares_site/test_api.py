@@ -198,3 +198,12 @@ def test_it_refuses_a_query_parameter_given_twice(full_api, path, query):
     assert response.status_code == 422
     name = query.split("=", 1)[0]
     assert response.json() == {"detail": f"{name}: given 2 times; give it once"}
+
+
+@pytest.mark.parametrize("path", ["/traces", "/invocations", "/tools/stats", "/traces/count"])
+@pytest.mark.parametrize("moment", ["0", "1767225600", "-0.5", "2026-01-31"])
+def test_it_refuses_a_moment_that_is_not_an_iso_date_time(full_api, path, moment):
+    response = full_api.get(path, params={"since": moment})
+
+    assert response.status_code == 422
+    assert "must be an ISO 8601 datetime" in response.json()["detail"]
