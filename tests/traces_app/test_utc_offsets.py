@@ -9,13 +9,21 @@ never a 500, never a whole batch lost.
 from __future__ import annotations
 
 import base64
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from tests.traces_app.test_otlp_bad_input import export_request, is_stored, post, tool_span
+from tests.traces_app.test_otlp_bad_input import (
+    JSON,
+    as_json,
+    export_request,
+    is_stored,
+    post,
+    tool_span,
+)
 from traces_app.models import Invocation
 
 __all__ = ["post"]  # a fixture, used by name
@@ -104,6 +112,20 @@ def test_it_rejects_the_largest_otlp_start_time_and_keeps_the_others(post):
     assert outcome.rejected_spans == 1
     assert "started_at" in outcome.error_message and "in the future" in outcome.error_message
     assert is_stored(good) and not is_stored(bad)
+
+
+@pytest.mark.parametrize(
+    "start", ["18446744073709551616", "-1", "99999999999999999999999999", "1e30"]
+)
+def test_it_refuses_an_otlp_json_start_time_beyond_uint64_without_a_500(post, start):
+    document = as_json(export_request(tool_span()))
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["startTimeUnixNano"] = start
+
+    response = post(json.dumps(document).encode(), content_type=JSON)
+
+    assert response.status_code == 400
+    assert "startTimeUnixNano" in response.text or "start_time_unix_nano" in response.text
+    assert Invocation.objects.count() == 0
 
 
 LISTS = ["/traces", "/invocations"]
