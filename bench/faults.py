@@ -2,7 +2,7 @@
 
 Starts gunicorn (2 workers) on a throwaway database, sends N demo spans in batches from
 retrying clients (a lost answer or a 5xx/429/503 is retried with the same batch, as a
-real exporter does), and meanwhile kills a worker with SIGKILL every few seconds,
+real exporter does), and meanwhile kills the workers with SIGKILL mid-request every few seconds,
 restarts the whole server once, and on PostgreSQL makes the database unreachable for
 --outage seconds (a real `pg_ctl stop -m immediate` with --pg-data, else by refusing
 connections to the bench database and ending its sessions). Then it loads the tools
@@ -126,13 +126,13 @@ class Server:
         assert self.process is not None
         return process_tree(read_processes(), self.process.pid)[1:]
 
-    def kill_a_worker(self, rng: random.Random) -> bool:
+    def kill_workers(self) -> bool:
+        """SIGKILL every worker (one of them is mid-request); the master starts new ones."""
         workers = self.workers()
-        if not workers:
-            return False
-        with suppress(ProcessLookupError):
-            os.kill(rng.choice(workers), signal.SIGKILL)
-        return True
+        for pid in workers:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return bool(workers)
 
     def kill(self) -> None:
         """SIGKILL the master and its workers at once: a machine losing the server."""
@@ -245,7 +245,7 @@ def chaos(
             if done.wait(args.kill_every):
                 return
             IN_FLIGHT.wait_for_one(timeout=2.0)
-            time.sleep(rng.uniform(0.0, 0.03))  # into the request: parsing, writing, answering
+            time.sleep(rng.uniform(0.0, 0.12))  # into the request: parsing, writing, answering
             if fault == "restart":
                 server.kill()
                 server.start()
@@ -253,7 +253,7 @@ def chaos(
             elif fault == "outage" and database_url:
                 database_outage(database_url, args)
                 faults.outages += 1
-            elif server.kill_a_worker(rng):
+            elif server.kill_workers():
                 faults.kills += 1
 
     thread = threading.Thread(target=run, daemon=True)
@@ -511,7 +511,8 @@ def print_figures(
         f"{args.clients} retrying clients, {seconds:.1f} s"
     )
     print(
-        f"faults: {faults.kills} workers killed (SIGKILL), {faults.restarts} server restarts, "
+        f"faults: workers killed (SIGKILL) {faults.kills} times, "
+        f"{faults.restarts} server restarts, "
         f"{faults.outages} database outages of {args.outage:.0f} s; {sent.retries} retries"
     )
     print(
