@@ -52,6 +52,7 @@ from ingest import (
     ROOT,
     BenchError,
     free_port,
+    gunicorn_command,
     manage,
     process_tree,
     read_processes,
@@ -111,14 +112,7 @@ class Server:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        command = [
-            str(BIN / "gunicorn"),
-            "ares_site.wsgi",
-            "--config",
-            str(ROOT / "ares_site" / "gunicorn.conf.py"),
-            "--bind",
-            f"127.0.0.1:{self.port}",
-        ]
+        command = gunicorn_command(self.port)
         self.process = subprocess.Popen(command, env=self.env, cwd=ROOT, start_new_session=True)
         wait_until_ready(self.process, self.port)
 

@@ -390,18 +390,23 @@ class ServerSampler(threading.Thread):
         return ticks / CLOCK_TICKS
 
 
-@contextmanager
-def gunicorn(env: dict[str, str], port: int) -> Iterator[subprocess.Popen]:
-    """Run the production server until the block ends; stop it whatever happens."""
-    command = [
+def gunicorn_command(port: int) -> list[str]:
+    """Return the command line of the production server on 127.0.0.1:port."""
+    config = str(ROOT / "ares_site" / "gunicorn.conf.py")
+    return [
         str(BIN / "gunicorn"),
         "ares_site.wsgi",
         "--config",
-        str(ROOT / "ares_site" / "gunicorn.conf.py"),
+        config,
         "--bind",
         f"127.0.0.1:{port}",
     ]
-    server = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
+
+
+@contextmanager
+def gunicorn(env: dict[str, str], port: int) -> Iterator[subprocess.Popen]:
+    """Run the production server until the block ends; stop it whatever happens."""
+    server = subprocess.Popen(gunicorn_command(port), env=env, cwd=ROOT, start_new_session=True)
     try:
         wait_until_ready(server, port)
         wait_until_idle(server)

@@ -424,16 +424,23 @@ def _tool_groups(window: models.Q, tools: Sequence[str] | None = None) -> models
     return (
         spans.annotate(hour=Trunc("started_at", "hour", tzinfo=UTC), bin=latency_bin_sql())
         .values("tool_name", "hour", "status", "error_kind", "bin")
-        .annotate(
-            calls=models.Count("pk"),
-            latency_sum_ms=models.Sum("latency_ms"),
-            input_tokens=models.Sum("input_tokens"),
-            output_tokens=models.Sum("output_tokens"),
-            result_tokens=models.Sum("result_tokens"),
-            cost_usd=models.Sum("cost_usd"),
-        )
+        .annotate(calls=models.Count("pk"), **_summed_totals())
         .order_by()
     )
+
+
+def _summed_totals() -> dict[str, models.Sum]:
+    """Return the sums every rollup keeps of its spans: latency, tokens and cost."""
+    return {
+        name: models.Sum(column)
+        for name, column in [
+            ("latency_sum_ms", "latency_ms"),
+            ("input_tokens", "input_tokens"),
+            ("output_tokens", "output_tokens"),
+            ("result_tokens", "result_tokens"),
+            ("cost_usd", "cost_usd"),
+        ]
+    }
 
 
 ROLLUP_BUCKET = timedelta(hours=1)
@@ -557,11 +564,7 @@ def _span_groups(window: models.Q) -> models.QuerySet:
         .annotate(
             calls=models.Count("pk"),
             failures=models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
-            latency_sum_ms=models.Sum("latency_ms"),
-            input_tokens=models.Sum("input_tokens"),
-            output_tokens=models.Sum("output_tokens"),
-            result_tokens=models.Sum("result_tokens"),
-            cost_usd=models.Sum("cost_usd"),
+            **_summed_totals(),
         )
         .order_by()
     )
