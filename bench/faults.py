@@ -210,9 +210,14 @@ class InFlight:
         with self.lock:
             self.count -= 1
 
-    def wait_for_one(self, timeout: float) -> None:
-        with self.lock:
-            self.lock.wait_for(lambda: self.count > 0, timeout)
+    def land_inside_one(self, rng: random.Random, tries: int = 100) -> None:
+        """Return at a random moment while a request is on its way (or after `tries`)."""
+        for _ in range(tries):
+            with self.lock:
+                self.lock.wait_for(lambda: self.count > 0, timeout=2.0)
+            time.sleep(rng.uniform(0.0, 0.02))  # parsing, writing or answering
+            if self.count > 0:
+                return
 
 
 IN_FLIGHT = InFlight()
@@ -238,8 +243,7 @@ def chaos(
         for fault in plan:
             if done.wait(args.kill_every):
                 return
-            IN_FLIGHT.wait_for_one(timeout=2.0)
-            time.sleep(rng.uniform(0.0, 0.12))  # into the request: parsing, writing, answering
+            IN_FLIGHT.land_inside_one(rng)
             if fault == "restart":
                 server.kill()
                 server.start()
