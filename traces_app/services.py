@@ -307,7 +307,7 @@ def newest_tool_calls(trace_id: str) -> list[CallView]:
         .values_list(
             "span_id", "tool_name", "status", "error_kind", "arguments", "started_at",
             "latency_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
-            "chosen_by",
+            "chosen_by", "tool_call_id", "attempt",
         )
     )[:SPIRAL_WINDOW]  # fmt: skip
     return [
@@ -322,9 +322,12 @@ def newest_tool_calls(trace_id: str) -> list[CallView]:
             tokens=input_tokens + output_tokens + result_tokens,
             cost_usd=cost_usd,
             chosen_by=chosen_by,
+            tool_call_id=tool_call_id,
+            attempt=attempt,
         )
         for (span_id, tool_name, status, error_kind, arguments, started_at, latency_ms,
-             input_tokens, output_tokens, result_tokens, cost_usd, chosen_by) in reversed(newest)
+             input_tokens, output_tokens, result_tokens, cost_usd, chosen_by, tool_call_id,
+             attempt) in reversed(newest)
     ]  # fmt: skip
 
 

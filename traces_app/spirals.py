@@ -10,6 +10,14 @@ A spiral is either
   whatever their status, unless the tool is in `allow_tools` (polling a status is a
   legitimate repeat; an allowed tool's repeated *failures* are still a failing spiral).
 
+A call is what the chooser (a model, the planner, a workflow, an outside agent) asked
+for once; the engine's retries of it are attempts of that one call, not more calls. A
+span with attempt n > 1 joins the call whose last span is attempt n - 1 of the same
+tool, tool_call_id and arguments (tools_app.engine records each attempt so). Its status
+and error kind are those of its last attempt; what it wasted is all of its attempts'.
+So an engine that retries a timed-out read three times makes one call, never a spiral,
+while three calls of the chooser that each fail (each attempt 1, whatever their ids) do.
+
 "Consecutive" counts only that tool's calls: another tool called in between does not
 break a run. Arguments are near-same when both are objects with the same keys and at
 most `max_changed_values` values differ (an agent retrying with one tweak). Each call
@@ -18,6 +26,7 @@ starts at most one spiral; a failing run is looked for first, then a loop.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -57,6 +66,8 @@ class CallView:
     tokens: int = 0
     cost_usd: float = 0.0
     chosen_by: str = ""
+    tool_call_id: str = ""
+    attempt: int = 1  # the engine's attempt number of its call (1: a new call)
 
 
 @dataclass(frozen=True)
@@ -99,8 +110,69 @@ def changed_keys(before: Any, after: Any) -> list[str] | None:
     return [] if before == after else [""]
 
 
-def find_spirals(calls: Sequence[CallView], rule: SpiralRule) -> list[SpiralView]:
-    """Return the spirals in one trace's tool calls, given in time order."""
+def calls_of(spans: Sequence[CallView]) -> list[list[int]]:
+    """Return the spans grouped into calls: each call's span indexes, attempts in order.
+
+    A span of attempt n > 1 joins the open call of the same tool, tool_call_id and
+    arguments whose last span is attempt n - 1; any other span starts a call.
+    """
+    calls: list[list[int]] = []
+    open_calls: dict[tuple[str, str, str], int] = {}  # key -> position in `calls`
+    for index, span in enumerate(spans):
+        key = (span.tool_name, span.tool_call_id, arguments_fingerprint(span.arguments))
+        position = open_calls.get(key)
+        if position is not None and spans[calls[position][-1]].attempt == span.attempt - 1:
+            calls[position].append(index)
+            continue
+        open_calls[key] = len(calls)
+        calls.append([index])
+    return calls
+
+
+def _as_one_call(spans: Sequence[CallView], indexes: list[int]) -> CallView:
+    """Return a call's attempts as one CallView: the last attempt's outcome, all their costs."""
+    first, last = spans[indexes[0]], spans[indexes[-1]]
+    attempts = [spans[i] for i in indexes]
+    return dataclasses.replace(
+        first,
+        status=last.status,
+        error_kind=last.error_kind,
+        latency_ms=sum(span.latency_ms for span in attempts),
+        tokens=sum(span.tokens for span in attempts),
+        cost_usd=sum(span.cost_usd for span in attempts),
+        attempt=len(attempts),
+    )
+
+
+def find_spirals(spans: Sequence[CallView], rule: SpiralRule) -> list[SpiralView]:
+    """Return the spirals in one trace's tool spans, given in time order.
+
+    Indexes and span ids in the result are the spans'; an engine retry's spans count as
+    one call (calls_of).
+    """
+    groups = calls_of(spans)
+    calls = [_as_one_call(spans, group) for group in groups]
+    return [_in_spans(spiral, spans, groups) for spiral in _find_in_calls(calls, rule)]
+
+
+def _in_spans(spiral: SpiralView, spans: Sequence[CallView], groups: list[list[int]]) -> SpiralView:
+    """Return a spiral found among calls with its indexes, last span and end in the spans."""
+    first_index, last_index = groups[spiral.first_index][0], groups[spiral.last_index][-1]
+    last = spans[last_index]
+    ended_at = spiral.ended_at
+    if last.started_at is not None:
+        ended_at = last.started_at + timedelta(milliseconds=last.latency_ms)
+    return dataclasses.replace(
+        spiral,
+        first_index=first_index,
+        last_index=last_index,
+        last_span_id=last.span_id,
+        ended_at=ended_at,
+    )
+
+
+def _find_in_calls(calls: Sequence[CallView], rule: SpiralRule) -> list[SpiralView]:
+    """Return the spirals among calls (retries already joined), indexes being the calls'."""
     by_tool: dict[str, list[int]] = {}
     for index, call in enumerate(calls):
         by_tool.setdefault(call.tool_name, []).append(index)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import secrets
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tests.conftest import make_span
+from tools_app import runtime
+from tools_app.engine import CallContext, ToolEngine
+from tools_app.registry import ToolRegistry
+from tools_app.specs import ErrorKind, SideEffect, ToolCall, ToolSpec
 from traces_app import services
-from traces_app.models import FailureSpiral
+from traces_app.models import FailureSpiral, Invocation
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
@@ -117,6 +122,45 @@ OK = {"status": "ok"}
             [call(arguments={"q": "a"}, **OK), call(arguments={"q": "b"}, **OK), call(**OK)],
             [],
             id="successful calls with changing arguments are fine",
+        ),
+        pytest.param(
+            [call(tool_call_id="c1", attempt=n) for n in (1, 2, 3)],
+            [],
+            id="an engine retry of one call is one call",
+        ),
+        pytest.param(
+            [call(attempt=n) for n in (1, 2, 3)],
+            [],
+            id="an engine retry of a call without an id is one call",
+        ),
+        pytest.param(
+            [call(tool_call_id=f"c{i}", attempt=n) for i in (1, 2, 3) for n in (1, 2, 3)],
+            [("failing", 3, "timeout", "gave_up")],
+            id="three calls that each fail after retries are a spiral",
+        ),
+        pytest.param(
+            [call(tool_call_id="c1") for _ in range(3)],
+            [("failing", 3, "timeout", "gave_up")],
+            id="a model that reuses its call id still makes new calls",
+        ),
+        pytest.param(
+            [
+                call(tool_call_id="c1", attempt=1),
+                call(tool_call_id="c1", attempt=3),
+                call(tool_call_id="c1", attempt=1),
+            ],
+            [("failing", 3, "timeout", "gave_up")],
+            id="an attempt that does not follow its call's last one is a call of its own",
+        ),
+        pytest.param(
+            [
+                call(arguments={"q": "a"}, tool_call_id="c1"),
+                call(arguments={"q": "b"}, tool_call_id="c2"),
+                call(arguments={"q": "c"}, tool_call_id="c3"),
+                call(arguments={"q": "c"}, tool_call_id="c3", attempt=2, **OK),
+            ],
+            [],
+            id="a call whose retry succeeds is a success, so two failures are no spiral",
         ),
     ],
 )
@@ -301,3 +345,67 @@ def test_the_rescan_settles_a_loop_that_went_quiet(transactional_db) -> None:
     rescan_spirals_task.delay().get()
 
     assert FailureSpiral.objects.get(trace_id=trace_id).resolution == "gave_up"
+
+
+def test_it_counts_every_attempt_of_a_spiral_s_calls_as_wasted() -> None:
+    spans = [
+        call(tool_call_id=f"c{i}", attempt=n, tokens=1, latency_ms=10.0,
+             started_at=T0 + timedelta(seconds=3 * i + n), span_id=f"s{i}{n}")
+        for i in (1, 2, 3)
+        for n in (1, 2)
+    ]  # fmt: skip
+
+    (spiral,) = find_spirals(spans, RULE)
+
+    assert spiral.attempts == 3  # calls the chooser made
+    assert (spiral.first_span_id, spiral.last_span_id) == ("s11", "s32")
+    assert (spiral.first_index, spiral.last_index) == (0, 5)
+    assert (spiral.wasted_tokens, spiral.wasted_ms) == (6, 60.0)
+    assert spiral.ended_at == T0 + timedelta(seconds=11, milliseconds=10)
+
+
+def slow_engine() -> ToolEngine:
+    """Return an engine recording into the database, with a read-only tool that times out."""
+
+    def slow_read(query: str) -> str:
+        time.sleep(0.3)
+        return query
+
+    spec = ToolSpec(
+        "slow_read", "Reads slowly", {"type": "object"}, slow_read,
+        side_effect=SideEffect.READ_ONLY, timeout_s=0.05, max_retries=2,
+    )  # fmt: skip
+    return ToolEngine(ToolRegistry([spec]), recorder=runtime.record_spans, backoff_base_s=0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_engine_retry_of_a_timed_out_read_makes_no_spiral() -> None:
+    engine = slow_engine()
+    context = CallContext(agent="reader")
+    try:
+        result = engine.execute(ToolCall("slow_read", {"query": "x"}, "call_1"), context)
+    finally:
+        engine.close()
+
+    assert result.error.kind == ErrorKind.TIMEOUT and result.metadata["attempts"] == 3
+    spans = Invocation.objects.filter(trace_id=context.trace_id).order_by("attempt")
+    assert [(s.attempt, s.error_kind) for s in spans] == [(n, "timeout") for n in (1, 2, 3)]
+    services.detect_spirals(context.trace_id)  # as the rescan would; ingest did already
+    assert not FailureSpiral.objects.filter(trace_id=context.trace_id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_three_calls_that_each_time_out_after_retries_make_a_spiral() -> None:
+    engine = slow_engine()
+    context = CallContext(agent="reader")
+    try:
+        for i in range(3):
+            engine.execute(ToolCall("slow_read", {"query": "x"}, f"call_{i}"), context)
+    finally:
+        engine.close()
+
+    assert Invocation.objects.filter(trace_id=context.trace_id).count() == 9
+    spiral = FailureSpiral.objects.get(trace_id=context.trace_id)
+    assert (spiral.kind, spiral.attempts, spiral.error_kind, spiral.resolution) == (
+        "failing", 3, "timeout", "gave_up",
+    )  # fmt: skip
