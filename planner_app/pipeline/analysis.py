@@ -20,6 +20,30 @@ def _singulars(word: str) -> tuple[str, ...]:
     return ()
 
 
+def _unclaimed_substrings(text: str, ruleset: RuleSet) -> list[tuple[str, tuple[int, ...]]]:
+    """Return the substring keywords found in the text, each where no longer keyword stands.
+
+    Chinese has no spaces between words, so a one-character keyword would otherwise match
+    inside a longer word that means something else: 乘 (multiply) inside 阶乘 (factorial).
+    Keywords are tried longest first, and each occurrence claims its characters; a shorter
+    keyword counts only where it stands outside every longer keyword found.
+    """
+    claimed = bytearray(len(text))
+    found = []
+    for keyword, positions in ruleset.substring_index:
+        start = text.find(keyword)
+        matched = False
+        while start >= 0:
+            end = start + len(keyword)
+            if not any(claimed[start:end]):
+                claimed[start:end] = b"\x01" * len(keyword)
+                matched = True
+            start = text.find(keyword, start + 1)
+        if matched:
+            found.append((keyword, positions))
+    return found
+
+
 @dataclass(frozen=True)
 class RuleMatch:
     rule: str
@@ -49,8 +73,8 @@ class SemanticAnalyzer:
             for key in dict.fromkeys((lowered, *_singulars(lowered))):
                 for position in ruleset.word_index.get(key, ()):
                     found.setdefault(position, []).append(word)
-        for keyword, position in ruleset.substring_rules:
-            if keyword in text:
+        for keyword, positions in _unclaimed_substrings(text, ruleset):
+            for position in positions:
                 found.setdefault(position, []).append(keyword)
         for matcher, position in ruleset.regex_rules:
             for match in matcher.finditer(text):

@@ -7,6 +7,7 @@ Each stage is an object with one method, so any of them can be replaced.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from planner_app.pipeline.analysis import Intent, SemanticAnalyzer
 from planner_app.pipeline.extraction import extract_arguments
 from planner_app.pipeline.planning import CapabilityPlanner
-from planner_app.pipeline.resolution import ToolResolver
+from planner_app.pipeline.resolution import DISABLED, ToolResolver
 from planner_app.pipeline.ruleset import RuleSet
 from planner_app.pipeline.scoring import EvidenceSource, Score, ToolScorer
 from tools_app.registry import ToolRegistry
@@ -67,6 +68,15 @@ class Plan:
         }
 
 
+def _same_call(step: PlanStep, steps: list[PlanStep]) -> PlanStep | None:
+    """Return the earlier step that makes exactly this call (tool and arguments), if any.
+
+    Two capabilities may resolve to one call ("5的阶乘" once matched both factorial and
+    multiply): running it twice would cost twice and record a second, identical span.
+    """
+    return next((s for s in steps if (s.tool, s.arguments) == (step.tool, step.arguments)), None)
+
+
 def no_evidence(tool: str, window: int) -> None:
     """An evidence source that knows nothing: every tool gets the defaults."""
     return None
@@ -112,15 +122,29 @@ class Planner:
             plan.reason = "no rule matched the request; needs the LLM"
             return plan
         step_of: dict[str, str] = {}
-        for index, capability in enumerate(capability_plan.required, start=1):
+        for capability in capability_plan.required:
             scores = self._ranked(capability, registry, ruleset, evidence_of, explanation)
             if not scores:
+                why = self._disabled_step(capability, request, registry, explanation)
                 explanation["rejected"].append(
-                    {"capability": capability, "why": "no registered, enabled tool offers it"}
+                    {
+                        "capability": capability,
+                        "why": why or "no registered, enabled tool offers it",
+                    }
                 )
                 continue
-            step = self._step(f"step_{index}", capability, scores, request, registry, explanation)
+            step_id = f"step_{len(plan.steps) + 1}"
+            step = self._step(step_id, capability, scores, request, registry, explanation)
             if step is None:
+                continue
+            same = _same_call(step, plan.steps)
+            if same is not None:
+                explanation.setdefault("arguments", {}).pop(step_id, None)
+                explanation.setdefault("steps_merged", []).append(
+                    {"capability": capability, "tool": step.tool, "into": same.step_id,
+                     "why": f"the same call as {same.step_id} (for {same.capability})"}
+                )  # fmt: skip
+                step_of[capability] = same.step_id
                 continue
             depends = tuple(
                 step_of[d] for d in capability_plan.depends_on[capability] if d in step_of
@@ -154,6 +178,39 @@ class Planner:
         )
         explanation["candidates"][capability] = [score.as_dict() for score in scores]
         return scores
+
+    def _disabled_step(
+        self, capability: str, request: str, registry: ToolRegistry, explanation: dict[str, Any]
+    ) -> str | None:
+        """Return why the step a disabled tool would have made cannot run, or None if none.
+
+        The step goes into the explanation (`disabled_steps`), not the plan: the engine
+        would refuse it, and the reason tells the reader what to turn on.
+        """
+        disabled = [
+            entry["tool"]
+            for entry in explanation["rejected"]
+            if entry.get("capability") == capability and entry["why"] == DISABLED
+        ]
+        for tool in disabled:
+            extraction = extract_arguments(tool, request)
+            if extraction.needs_llm:
+                continue
+            try:
+                arguments = validate_arguments(
+                    registry.get(tool).parameters, extraction.arguments
+                ).arguments
+            except ArgumentsError:
+                continue
+            explanation.setdefault("disabled_steps", []).append(
+                {"capability": capability, "tool": tool, "arguments": arguments}
+            )
+            return (
+                f"{tool} would run with {json.dumps(arguments, ensure_ascii=False)} but it is "
+                "disabled: an operator turned it off, or it needs configuring (web_search "
+                "needs ARES_SEARXNG_URL)"
+            )
+        return None
 
     def _step(
         self,

@@ -8,6 +8,10 @@ from planner_app.pipeline.ruleset import RuleSet
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
 
+# The engine refuses a disabled tool, so it is never a candidate; the planner still says
+# what it would have run (web_search is disabled until ARES_SEARXNG_URL names a provider).
+DISABLED = "registered but disabled"
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -36,7 +40,8 @@ class ToolResolver:
                 continue
             spec = enabled.get(mapping.tool)
             if spec is None:
-                rejected.append((mapping.tool, "mapped but not registered or disabled"))
+                why = DISABLED if mapping.tool in registry else "mapped but not registered"
+                rejected.append((mapping.tool, why))
                 continue
             candidates[spec.name] = Candidate(spec, capability, "mapping", mapping.weight)
         for spec in enabled.values():

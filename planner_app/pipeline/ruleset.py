@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-# English keywords match whole words, plurals too; anything else (Chinese) as a substring.
+# English keywords match whole words, plurals too; anything else (Chinese) as a substring,
+# where a longer keyword claims its characters first (see RuleSet.substring_index).
 _LATIN_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _'-]*$")
 _SINGLE_WORD = re.compile(r"^[A-Za-z0-9_]+$")
 
@@ -126,12 +127,18 @@ class RuleSet:
         return {word: tuple(positions) for word, positions in index.items()}
 
     @cached_property
-    def substring_rules(self) -> tuple[tuple[str, int], ...]:
-        return tuple(
-            (keyword, position)
-            for position, rule in enumerate(self.ordered_rules)
-            for keyword in rule.substrings
-        )
+    def substring_index(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Return each substring keyword with the positions of its rules, longest keyword first.
+
+        Longest first so that a keyword claims its characters before any shorter keyword
+        inside it: 阶乘 (factorial) before 乘 (multiply), 乘以 before 乘.
+        """
+        index: dict[str, list[int]] = {}
+        for position, rule in enumerate(self.ordered_rules):
+            for keyword in rule.substrings:
+                index.setdefault(keyword, []).append(position)
+        ordered = sorted(index.items(), key=lambda item: (-len(item[0]), item[0]))
+        return tuple((keyword, tuple(positions)) for keyword, positions in ordered)
 
     @cached_property
     def regex_rules(self) -> tuple[tuple[re.Pattern[str], int], ...]:

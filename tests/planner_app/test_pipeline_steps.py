@@ -110,7 +110,7 @@ def test_it_resolves_only_registered_enabled_tools_from_mappings_and_declaration
         ("mcp.math.add", "mapping", 1.5),
         ("calculator", "declared", 0.0),
     }
-    assert rejected == [("missing_tool", "mapped but not registered or disabled")]
+    assert rejected == [("missing_tool", "mapped but not registered")]
 
 
 def test_it_leaves_unmapped_mcp_tools_out() -> None:
@@ -156,3 +156,41 @@ def test_it_applies_profiles_weights_and_mapping_bonus() -> None:
     score = _score(_tool("calculator"), None, rules, weight=1.25)
     assert score.base == pytest.approx(20 / 10 + 3 + 2)
     assert (score.penalty, score.mapping_weight) == (2.0, 1.25)
+
+
+CHINESE = RuleSet(
+    version=1,
+    rules=(
+        IntentRule("discrete", ("DiscreteMath",), keywords=("阶乘",), priority=10),
+        IntentRule("times", ("Arithmetic",), keywords=("乘", "乘以"), priority=20),
+        IntentRule("sum", ("Summation",), keywords=("加到",), priority=30),
+        IntentRule("plus", ("Arithmetic",), keywords=("加",), priority=40),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "matched"),
+    [
+        ("5的阶乘", {"discrete": ("阶乘",)}),
+        ("3乘4", {"times": ("乘",)}),
+        ("3乘以4", {"times": ("乘以",)}),
+        ("5的阶乘乘以2", {"discrete": ("阶乘",), "times": ("乘以",)}),
+        ("5的阶乘乘2", {"discrete": ("阶乘",), "times": ("乘",)}),
+        ("从1加到10", {"sum": ("加到",)}),
+        ("1加2", {"plus": ("加",)}),
+    ],
+)
+def test_a_short_chinese_keyword_never_matches_inside_a_longer_one(
+    request_text: str, matched: dict[str, tuple[str, ...]]
+) -> None:
+    intent = ANALYZER.analyze(request_text, CHINESE)
+    assert {m.rule: m.matched for m in intent.matches} == matched
+
+
+def test_it_says_a_mapped_tool_is_disabled() -> None:
+    registry = ToolRegistry([_tool("abacus", enabled=False)])
+    rules = RuleSet(version=1, mappings=(CapabilityMapping("Summation", "abacus"),))
+    assert ToolResolver().resolve("Summation", registry, rules) == (
+        [], [("abacus", "registered but disabled")],
+    )  # fmt: skip
