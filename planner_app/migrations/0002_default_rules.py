@@ -50,7 +50,8 @@ RULES = [
      ["Arithmetic"], "calculate"),
     ("strings", ["upper", "uppercase", "lower", "lowercase", "trim", "split", "join", "reverse",
                  "大写", "小写", "替换"], ["StringManipulation"], "change text"),
-    ("search", ["search", "find", "lookup", "查询", "搜索", "查找"], ["WebSearch"], "search"),
+    ("search", ["search", "find", "lookup", "look up", "google", "查询", "搜索", "查找", "查一下",
+                "搜一下"], ["WebSearch"], "search"),
     ("download", ["download", "fetch", "下载", "获取"], ["HTTPRequest"], "fetch a URL"),
     ("embedding", ["embed", "vector", "embedding", "向量化"], ["Embedding"], "embed text"),
     ("ids", ["uuid", "生成"], ["IDGeneration"], "generate an id"),
@@ -85,8 +86,14 @@ PATTERNS = {
     # "time" alone would take "3 times 4"; ask for the ways people ask the time.
     "datetime": [r"\b(what|current) time\b", r"\btime (in|zone|now)\b"],
     # 7!, C(10,3), 52C5, 15%, √49, 3², （3＋4）×５, "2 to the 8th".
-    "math-words": [r"\d\s*!", r"\b[CPA]\(\s*\d", r"\d\s*[CP]\s*\d", r"\d\s*%",
-                   r"[√²³×÷＋－]", r"\d(st|nd|rd|th)\b"],
+    "math-words": [
+        r"\d\s*!",
+        r"\b[CPA]\(\s*\d",
+        r"\d\s*[CP]\s*\d",
+        r"\d\s*%",
+        r"[√²³×÷＋－]",
+        r"\d(st|nd|rd|th)\b",
+    ],
     "hash-words": [r"\bsha-?(1|256|512)\b", r"\bmd-?5\b"],
 }
 

@@ -30,7 +30,14 @@ from planner_app.pipeline.extraction import (
     chinese_numeral_value,
     extract_arguments,
 )
-from tools_app.builtins import calculator, datetime_tool, hash_tool, json_tools, string_utils
+from tools_app.builtins import (
+    calculator,
+    datetime_tool,
+    hash_tool,
+    json_tools,
+    string_utils,
+    web_search,
+)
 from tools_app.validation import validate_arguments
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -285,6 +292,35 @@ def test_it_reads_a_json_document_and_its_options() -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# web_search: the query, without the command words
+
+
+@pytest.mark.parametrize(
+    ("request_text", "query"),
+    [
+        ("search the web for the latest django release", "the latest django release"),
+        ("Search for python asyncio tutorials on the web", "python asyncio tutorials"),
+        ("please search online for 'pydantic v2 migration'", "pydantic v2 migration"),
+        ("do a web search for ARES console", "ARES console"),
+        ("look up the population of France", "the population of France"),
+        ("lookup the release date of Python 3.13", "the release date of Python 3.13"),
+        ("google django 5.1 release notes", "django 5.1 release notes"),
+        ("find information about the Rust borrow checker", "the Rust borrow checker"),
+        ("can you find me some news on the olympics?", "the olympics"),
+        ("查找最新的Python版本", "最新的Python版本"),
+        ("搜索 Django 教程", "Django 教程"),
+        ("查一下明天北京的天气", "明天北京的天气"),
+        ("帮我在网上搜索一下量子计算的相关信息", "量子计算"),
+        ("在百度上查一下长城有多长", "长城有多长"),
+        ("请搜一下“ARES Console”", "ARES Console"),
+    ],
+)
+def test_it_reads_the_query_of_a_search(request_text: str, query: str) -> None:
+    extraction = extract_arguments("web_search", request_text)
+    assert extraction.arguments == {"query": query}, extraction.reason
+    validate_arguments(web_search.PARAMETERS, extraction.arguments)
+
+
 # Refusals: empty arguments and a stated reason, never a guess
 
 
@@ -310,7 +346,14 @@ def test_it_reads_a_json_document_and_its_options() -> None:
         ("datetime", "what time will it be in Tokyo in 3 hours", "more than the time now"),
         ("json_tools", "validate this json", "no JSON document"),
         ("json_tools", '{"a": 1}', "no operation named"),
-        ("web_search", "latest news", "no extractor for tool web_search"),
+        ("web_search", "latest news", "no search command"),
+        ("web_search", "find the gcd of 12 and 18", "no search command"),
+        ("web_search", "search", "no search command"),
+        ("web_search", "searching is fun", "no search command"),
+        ("web_search", "google's revenue in 2023", "no search command"),
+        ("web_search", "查询天气", "no search command"),
+        ("web_search", 'look up /a in {"a": 1}', "a JSON document"),
+        ("http_request", "fetch https://example.org", "no extractor for tool http_request"),
     ],
 )
 def test_it_refuses_what_it_cannot_read(tool: str, request_text: str, why: str) -> None:
