@@ -9,8 +9,14 @@ runs the same in a web request, a Celery task or a test. What can go wrong is ca
 - a call's failure goes back to the model as text in one shape (tool, error kind,
   message, and for invalid arguments the field-level problems);
 - the spiral breaker: when the trace's calls make a spiral under traces_app's rule (the
-  dashboards' rule, read from the same stored calls), that call is not sent again and
-  the user's request goes to the planner; the spiral is recorded as planner_fallback;
+  dashboards' rule, read from the same stored calls), the tool is no longer offered and
+  the user's request goes to the planner (which may call the tool itself when the fault
+  was the model's arguments); the model is then asked once, without tools, for its
+  answer, and the planner's result is the answer when it gives none;
+- a reply with neither text nor a usable call ends with the planner's result
+  (finish_reason planner_answer) or says so (no_answer), never an empty "stop";
+- a call the loop refuses (the spiral breaker, a side effect not replayed, a tool not
+  offered) is recorded as a span that never ran (kind other, cancelled, ran_on none);
 - a tool with side effects that already ran with the same arguments is not run again;
 - tool output fed back is held to a token budget (see token_budget.py);
 - at the iteration limit (or a spent budget) one last call without tools asks for an
@@ -66,6 +72,10 @@ NOT_RUN = frozenset(
     {ErrorKind.INVALID_ARGUMENTS, ErrorKind.NOT_FOUND, ErrorKind.DISABLED,
      ErrorKind.PERMISSION_DENIED, ErrorKind.CANCELLED}
 )  # fmt: skip
+SPIRAL_PROMPT = (
+    "No more tool calls for this task: {why}. The planner's results are in the last tool "
+    "result. Answer the user's request now from them."
+)
 FINAL_PROMPT = (
     "No more tool calls for this task ({reason}). Answer the user's request now from the "
     "information above; if something is missing, say what."
@@ -194,7 +204,9 @@ class Notice(LoopEvent):
 class Final(LoopEvent):
     type: ClassVar[str] = "final"
     content: str
-    finish_reason: str  # stop, max_iterations, budget, discovery_exhausted, error
+    # stop, spiral_breaker, planner_answer, no_answer, max_iterations, budget,
+    # discovery_exhausted, error
+    finish_reason: str
     trace_id: str
     iterations: int
     input_tokens: int
@@ -360,6 +372,8 @@ class _Task(TaskRecords):
         self.blocked_calls: dict[tuple[str, str], str] = {}  # (tool, arguments) -> why (a loop)
         self.side_effects: dict[tuple[str, str], str] = {}  # (tool, arguments) -> call id
         self.planned_for_request = False
+        self.planner_answer = ""  # what the planner's calls gave, for a model that gives nothing
+        self.spirals_broken: list[tuple[str, Any]] = []  # (why, the planner's outcome)
         self.active = False
         self.tool_requests = 0
         self.tools_loaded = 0
@@ -401,10 +415,14 @@ class _Task(TaskRecords):
             if reply is None:
                 return self._finish("", "error", iteration)
             calls = reply.tool_calls if self.tools else []  # none offered: text is the answer
+            if self.active and reply.tool_calls and not calls:
+                self._refuse_calls(reply.tool_calls, "not offered: ask for it in a <tool_request>")
             self.history.append(Message("assistant", reply.content, tuple(calls)))
             discovery = self._discover(reply.content) if self.active and not calls else ""
             if calls:
                 self._run_turn(calls)
+                if self.spirals_broken:
+                    return self._end_spiral(iteration)
             elif discovery == "exhausted":
                 reason = "discovery_exhausted"
                 break
@@ -412,6 +430,12 @@ class _Task(TaskRecords):
                 continue
             elif self._should_have_acted(reply, choice):
                 self._plan_for_request("no_tool_call")
+                if choice == "required" and self.planner_answer:
+                    # The model would not call although told to: the planner's result is the
+                    # answer, not the model's talk ("I don't know.").
+                    return self._finish(self._planner_answer_text(), "planner_answer", iteration)
+            elif not reply.content.strip():
+                return self._no_answer(iteration)
             else:
                 return self._finish(reply.content, "stop", iteration)
         self.emit(Notice(f"asking for a final answer without tools ({reason})"))
@@ -419,8 +443,50 @@ class _Task(TaskRecords):
         reply = self._ask(iteration + 1, [], "none")
         if reply is None:
             return self._finish("", "error", iteration + 1)
+        self._refuse_calls(reply.tool_calls, f"no more tool calls in this task ({reason})")
         self.history.append(Message("assistant", reply.content))
         return self._finish(reply.content or self._what_we_have(), reason, iteration + 1)
+
+    def _end_spiral(self, iteration: int) -> LoopResult:
+        """End the task the spiral breaker stopped: one last call without tools.
+
+        With the planner's results the model is asked to answer from them (and they are the
+        answer when it gives none or fails); without, it is told why there is nothing more.
+        """
+        why = "; ".join(why for why, _ in self.spirals_broken)
+        helped = self.planner_answer
+        if helped:
+            prompt = SPIRAL_PROMPT.format(why=why)
+        else:
+            found = [
+                result.text or (result.error.message if result.error else "")
+                for _, outcome in self.spirals_broken
+                for result in outcome.results
+                if not result.tool
+            ]
+            prompt = FINAL_PROMPT.format(reason="; ".join([why, *found]))
+        self.emit(Notice(f"asking for a final answer without tools ({why})"))
+        self.history.append(Message("user", prompt))
+        reply = self._ask(iteration + 1, [], "none")
+        if reply is None:
+            if helped:
+                return self._finish(self._planner_answer_text(), "spiral_breaker", iteration + 1)
+            return self._finish("", "error", iteration + 1)
+        self._refuse_calls(reply.tool_calls, f"no more tool calls in this task ({why})")
+        self.history.append(Message("assistant", reply.content))
+        content = reply.content if reply.content.strip() else ""
+        if not content:
+            content = self._planner_answer_text() if helped else self._what_we_have()
+        return self._finish(content, "spiral_breaker", iteration + 1)
+
+    def _no_answer(self, iteration: int) -> LoopResult:
+        """End a task whose model replied with nothing: the planner's result, or say so."""
+        if self.planner_answer:
+            return self._finish(self._planner_answer_text(), "planner_answer", iteration)
+        return self._finish(self._what_we_have(), "no_answer", iteration)
+
+    def _planner_answer_text(self) -> str:
+        return "The model gave no answer; the planner's results (path 2):\n" + self.planner_answer
 
     def _tools_to_show(self) -> list[ToolSpec]:
         if not self.agent.tool_calling or not self.agent.tools:
@@ -610,28 +676,40 @@ class _Task(TaskRecords):
         outcome = self.services.fallback(
             call.name, call.arguments, self.request, self.context, call_id=call.id
         )
+        # The model's own call, listed with the planner's: the engine recorded it (not_found).
+        error = ToolError(ErrorKind.NOT_FOUND, f"no tool named {call.name!r}")
+        missed = ToolResult(call.id, call.name, False, error=error, text=error.message)
+        self.emit(ToolStarted(call.id, call.name, call.arguments, PATH_LLM))
+        self.emit(ToolFinished(call.id, call.name, PATH_LLM, False, str(error.kind), error.message,
+                               0.0, estimate_tokens(error.message), False, False))  # fmt: skip
+        self.records.append(_record(missed, call, PATH_LLM, False))
         self.emit(Fallback("unknown_tool", call.name, outcome.path, list(outcome.warnings)))
         turn.result = self._planner_result(call, outcome, f"no tool named {call.name!r}")
 
     def _planner_result(self, call: ToolCall, outcome: Any, headline: str) -> ToolResult:
         """Return one result that tells the model what the planner did, and emit its calls."""
         lines = [f"{headline}; the planner took the user's request instead (path 2):"]
+        ran = []
         for result in outcome.results:
             if not result.tool:
                 lines.append(result.text or (result.error.message if result.error else ""))
                 continue
             self._emit_planner_call(result)
             lines.append(result.text)
+            ran.append(result.text)
+        if outcome.success and ran:
+            self.planner_answer = "\n".join(ran)
         return ToolResult(call.id, call.name, outcome.success, text="\n".join(lines))
 
     def _emit_planner_call(self, result: ToolResult) -> None:
         text, cut = result.text, False
-        self.emit(ToolStarted(result.call_id, result.tool, None, PATH_PLANNER))
+        arguments = result.metadata.get("arguments")
+        self.emit(ToolStarted(result.call_id, result.tool, arguments, PATH_PLANNER))
         self.emit(ToolFinished(result.call_id, result.tool, PATH_PLANNER, result.success,
                                str(result.error.kind) if result.error else "", text,
                                result.metadata.get("latency_ms", 0.0), estimate_tokens(text),
                                cut, True))  # fmt: skip
-        self.records.append(_record(result, None, PATH_PLANNER, True))
+        self.records.append(_record(result, None, PATH_PLANNER, True, arguments))
 
     def _plan_for_request(self, reason: str) -> None:
         """Hand the user's request to the planner and tell the model what came of it."""
@@ -671,14 +749,23 @@ class _Task(TaskRecords):
                 self.blocked_calls[
                     (spiral.tool_name, arguments_fingerprint(last.call.arguments))
                 ] = why
-            outcome = self.services.plan_without(spiral.tool_name, self.request, self.context)
+            self.tools = [spec for spec in self.tools if spec.name != spiral.tool_name]
+            # The model's bad arguments are no fault of the tool: the planner may call it with
+            # its own. A tool that failed or looped by itself is left out.
+            own_fault = spiral.kind == FAILING and spiral.error_kind == ErrorKind.INVALID_ARGUMENTS
+            outcome = self.services.plan_without(
+                "" if own_fault else spiral.tool_name, self.request, self.context,
+                call_id=last.call.id,
+            )  # fmt: skip
             if any(result.tool for result in outcome.results):
                 self.services.spiral_resolved(self.trace_id)
             resolution = self._resolution_now(key, spiral.resolution)
             self.emit(Spiral(spiral.tool_name, spiral.kind, spiral.attempts, spiral.error_kind,
                              resolution))  # fmt: skip
             self.emit(Fallback("spiral", spiral.tool_name, outcome.path, list(outcome.warnings)))
+            self.planner_answer = ""  # from now on: what this plan gave
             last.notes.append(self._planner_result(last.call, outcome, why).text)
+            self.spirals_broken.append((why, outcome))
 
     def _resolution_now(self, key: tuple[str, str], before: str) -> str:
         """Return how the spiral stands now, read again under the same rule."""
@@ -702,6 +789,8 @@ class _Task(TaskRecords):
         )  # fmt: skip
         if turn.path == PATH_PLANNER:
             return  # its planner calls were emitted and recorded as they came
+        if not turn.ran:
+            self._record_refused(turn.call, result.tool, result.error.message)
         error_kind = str(result.error.kind) if result.error else ""
         self.emit(ToolFinished(turn.call.id, result.tool, turn.path, result.success, error_kind,
                                text, result.metadata.get("latency_ms", 0.0), estimate_tokens(text),
@@ -769,6 +858,40 @@ class _Task(TaskRecords):
         self.store([span])
         return span["latency_ms"]
 
+    def _refuse_calls(self, calls: Sequence[ToolCall], why: str) -> None:
+        """Refuse calls the model made where none could run; list and record each."""
+        for call in calls:
+            spec = (
+                self.engine.registry.get(call.name) if call.name in self.engine.registry else None
+            )
+            name = spec.name if spec else call.name
+            error = ToolError(ErrorKind.CANCELLED, f"not run: {why}")
+            result = ToolResult(call.id, name, False, error=error, text=format_error(name, error))
+            self.emit(ToolFinished(call.id, name, PATH_LLM, False, str(error.kind), result.text,
+                                   0.0, estimate_tokens(result.text), False, False))  # fmt: skip
+            self.records.append(_record(result, call, PATH_LLM, False))
+            self._record_refused(call, name, error.message)
+
+    def _record_refused(self, call: ToolCall, tool: str, why: str) -> None:
+        """Record a call the loop refused as a span that never ran, with the reason.
+
+        Kind "other", not "tool": a call never sent is no attempt of the tool, so it counts
+        neither in the tool's evidence nor as one more call of a spiral.
+        """
+        span = self.span("other", datetime.now(UTC), 0.0)
+        span.update(
+            tool_name=_one_line(tool) or "?",
+            tool_call_id=_one_line(call.id),
+            chosen_by="llm",
+            ran_on="none",
+            arguments=call.arguments,
+            status="error",
+            error_kind=str(ErrorKind.CANCELLED),
+            error_message=why,
+            result={"refused_by": "spiral_breaker" if "spiral breaker" in why else "agent_loop"},
+        )
+        self.store([span])
+
     def _record_discovery(
         self,
         started_at: datetime,
@@ -821,15 +944,22 @@ def _schema_tokens(tools: Sequence[ToolSpec]) -> int:
     return estimate_tokens(json.dumps(definitions)) if definitions else 0
 
 
+def _one_line(text: str) -> str:
+    """Return text fit for a span's name fields: one line, at most 200 characters."""
+    return "".join(ch if ch.isprintable() else "?" for ch in str(text))[:200]
+
+
 def _call_dict(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "name": call.name, "arguments": call.arguments}
 
 
-def _record(result: ToolResult, call: ToolCall | None, path: int, ran: bool) -> dict[str, Any]:
+def _record(
+    result: ToolResult, call: ToolCall | None, path: int, ran: bool, arguments: Any = None
+) -> dict[str, Any]:
     return {
         "call_id": result.call_id,
         "tool": result.tool,
-        "arguments": call.arguments if call else None,
+        "arguments": call.arguments if call else arguments,
         "success": result.success,
         "error_kind": str(result.error.kind) if result.error else "",
         "path": path,

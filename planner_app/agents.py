@@ -19,7 +19,14 @@ from planner_app.llm.messages import ChatModel, LlmNotConfigured, Message
 from planner_app.models import Agent
 from tools_app.runtime import get_engine
 from traces_app.schemas import InvocationFromDict
-from traces_app.services import detect_spirals, newest_tool_calls, record_invocations, spiral_rule
+from traces_app.services import (
+    detect_spirals,
+    newest_tool_calls,
+    record_invocations,
+    spiral_rule,
+    with_llm_turns,
+)
+from traces_app.spirals import CallView
 
 if TYPE_CHECKING:
     from planner_app.discovery.router import Routing
@@ -91,7 +98,7 @@ def site_services() -> LoopServices:
         engine=get_engine(),
         fallback=bridge.execute,
         plan_without=bridge.plan_without,
-        read_calls=newest_tool_calls,
+        read_calls=trace_calls,
         record=record_spans,
         spiral_rule=spiral_rule(),
         spiral_resolved=_settle_spirals,
@@ -124,6 +131,11 @@ def run_agent(
 def record_spans(spans: list[dict[str, Any]]) -> None:
     """Store the loop's llm and agent spans through traces_app's one write path."""
     record_invocations([InvocationFromDict.model_validate(span) for span in spans])
+
+
+def trace_calls(trace_id: str) -> list[CallView]:
+    """Return the trace's tool calls as the spiral rule reads them, LLM turns included."""
+    return with_llm_turns(trace_id, newest_tool_calls(trace_id))
 
 
 def discover_tools(tool: str, server: str) -> Routing:

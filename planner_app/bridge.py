@@ -72,7 +72,7 @@ def execute(
         missed = engine.execute(ToolCall(tool, arguments, call_id), context)
         if not request.strip():
             return BridgeResult("direct", [missed])
-        outcome = _run_plan(request, context, path="planner")
+        outcome = _run_plan(request, context, path="planner", call_id=call_id)
         outcome.warnings.insert(0, f"no tool named {tool!r}; planned from the request instead")
         return outcome
     if request.strip():
@@ -81,22 +81,45 @@ def execute(
     return BridgeResult("error", [ToolResult(call_id, "", False, error=error, text=error.message)])
 
 
-def plan_without(tool: str, request: str, context: CallContext | None = None) -> BridgeResult:
-    """Plan from the request, leaving out a tool that failed or looped (a spiral's)."""
+def plan_without(
+    tool: str, request: str, context: CallContext | None = None, *, call_id: str = ""
+) -> BridgeResult:
+    """Plan from the request, leaving out a tool that failed or looped (a spiral's).
+
+    An empty `tool` leaves nothing out: a spiral of the model's invalid arguments, where the
+    tool itself is sound and the planner may call it with arguments of its own. `call_id`
+    (the model's call the plan stands in for) becomes each planned call's id.
+    """
     context = context or CallContext()
     context = replace(context, request_text=context.request_text or request)
     if not request.strip():
         error = ToolError(ErrorKind.INVALID_ARGUMENTS, "no request to plan from")
         return BridgeResult("error", [ToolResult("", "", False, error=error, text=error.message)])
-    return _run_plan(request, context, path="fallback", exclude=tool)
+    return _run_plan(request, context, path="fallback", exclude=tool, call_id=call_id)
 
 
-def _run_plan(request: str, context: CallContext, *, path: str, exclude: str = "") -> BridgeResult:
-    """Plan from the request and run its steps in order, each through the engine."""
+def _run_plan(
+    request: str, context: CallContext, *, path: str, exclude: str = "", call_id: str = ""
+) -> BridgeResult:
+    """Plan from the request and run its steps in order, each through the engine.
+
+    Only tools the caller may use are planned: a step the engine would refuse
+    (permission_denied) is left out rather than recorded as the planner's doing.
+    """
     plan = plan_request(request)
     steps = [step for step in plan.steps if step.tool != exclude]
+    allowed = context.allowed_tools
+    refused = sorted(
+        {step.tool for step in steps if allowed is not None and step.tool not in allowed}
+    )
+    steps = [step for step in steps if step.tool not in refused]
     if not steps:
-        reason = plan.reason if plan.needs_llm else f"the plan offers nothing but {exclude}"
+        if refused:
+            reason = f"the plan needs {', '.join(refused)}, which the caller may not use"
+        elif exclude and not plan.needs_llm:
+            reason = f"the plan offers nothing but {exclude}"
+        else:
+            reason = plan.reason or "no step matched the request"
         error = ToolError(ErrorKind.NOT_FOUND, f"the planner found no tool: {reason}")
         return BridgeResult(path, [ToolResult("", "", False, error=error, text=error.message)],
                             plan)  # fmt: skip
@@ -104,7 +127,10 @@ def _run_plan(request: str, context: CallContext, *, path: str, exclude: str = "
     engine = get_engine()
     outcome = BridgeResult(path, plan=plan)
     for step in steps:
-        result = engine.execute(ToolCall(step.tool, step.arguments, step.step_id), planned)
+        result = engine.execute(
+            ToolCall(step.tool, step.arguments, call_id or step.step_id), planned
+        )
+        result.metadata.setdefault("arguments", step.arguments)
         outcome.results.append(result)
         if not result.success:
             break

@@ -21,7 +21,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -74,6 +74,9 @@ class PlanDrafted(LoopEvent):
     attempt: int  # 1 for the first draft
     steps: list[dict[str, Any]]  # as the model wrote them: id, tool, arguments, depends_on
     problems: list[str]  # why it cannot run; empty: it runs now
+    # A draft that was tool calls instead of a plan: the calls as the model made them (each
+    # is read as one step of the plan, in order).
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -247,9 +250,15 @@ class _PlanTask(TaskRecords):
             self.emit(Replanning(self.drafts, notes))
             self.history.append(Message("user", notes))
         reply = await asyncio.to_thread(call_in_thread, self._ask, "plan")
-        self.history.append(Message("assistant", reply.content))
-        self.emit(PlanDrafted(self.drafts, *self._read_plan(reply.content)))
-        return reply.content
+        text, calls = reply.content, []
+        if reply.tool_calls and not text.strip():
+            text, calls = plan_of_calls(reply), [_call_dict(call) for call in reply.tool_calls]
+            names = ", ".join(call["name"] for call in calls)
+            self.emit(Notice(f"draft {self.drafts} is a tool call ({names}), not a plan: "
+                             "read as a plan of one step per call"))  # fmt: skip
+        self.history.append(Message("assistant", text))
+        self.emit(PlanDrafted(self.drafts, *self._read_plan(text), tool_calls=calls))
+        return text
 
     def _read_plan(self, reply: str) -> tuple[list[dict[str, Any]], list[str]]:
         """Return the draft's steps as written and its problems, as the core will find them."""
@@ -272,10 +281,13 @@ class _PlanTask(TaskRecords):
         if self.agent.system_prompt:
             self.history.insert(0, Message("system", self.agent.system_prompt))
         try:
-            return self._ask("answer").content or results
+            answer = self._ask("answer").content
         except LlmError as exc:
             self.emit(Notice(f"the LLM call for the answer failed: {exc}"))
             return f"The model gave no answer. The plan's results were:\n{results}"
+        if not answer.strip():
+            return f"The model gave no answer. The plan's results were:\n{results}"
+        return answer
 
     # The model -------------------------------------------------------------------------
 
@@ -293,7 +305,8 @@ class _PlanTask(TaskRecords):
             reply.usage = Usage(sent, estimate_tokens(reply.content), estimated=True)
         self.usage += reply.usage
         latency_ms = self._record_llm(purpose, iteration, started_at, clock, reply=reply)
-        self.emit(ModelTurn(iteration, reply.content, [], reply.usage.input_tokens,
+        calls = [_call_dict(call) for call in reply.tool_calls]
+        self.emit(ModelTurn(iteration, reply.content, calls, reply.usage.input_tokens,
                             reply.usage.output_tokens, latency_ms, reply.finish_reason,
                             False))  # fmt: skip
         return reply
@@ -312,6 +325,8 @@ class _PlanTask(TaskRecords):
     ) -> float:
         arguments = {"purpose": purpose, "iteration": iteration, "messages": len(self.history)}
         span = self.llm_span(started_at, clock, arguments, reply, error)
+        if reply is not None:
+            span["result"]["tool_calls"] = [_call_dict(call) for call in reply.tool_calls]
         self.store([span])
         return span["latency_ms"]
 
@@ -339,6 +354,20 @@ class _PlanTask(TaskRecords):
                         self.usage.input_tokens, self.usage.output_tokens))  # fmt: skip
         return PlanAgentResult(content, reason, self.trace_id, self.drafts, self.usage, outcome,
                                self.events, error)  # fmt: skip
+
+
+def plan_of_calls(reply: LlmReply) -> str:
+    """Return the plan a draft of tool calls stands for: one step per call, in order."""
+    steps = [
+        {"id": f"s{index}", "tool": call.name, "arguments": call.arguments,
+         "reason": f"the model's call {call.id}"}
+        for index, call in enumerate(reply.tool_calls, start=1)
+    ]  # fmt: skip
+    return json.dumps({"steps": steps}, ensure_ascii=False, default=str)
+
+
+def _call_dict(call: Any) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}
 
 
 def _attempt_summary(attempt: Any) -> dict[str, Any]:

@@ -373,7 +373,7 @@ class ToolEngine:
             "tool_name": name,
             "tool_call_id": _CONTROL_CHARS.sub("?", call.id)[:200],
             "chosen_by": context.chosen_by,
-            "ran_on": spec.ran_on if spec else "builtin",
+            "ran_on": spec.ran_on if spec else "none",  # an unknown tool ran nowhere
             "agent": context.agent,
             "session_id": context.session_id,
             "request_text": context.request_text,

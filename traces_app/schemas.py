@@ -28,7 +28,7 @@ from traces_app.redaction import storable_text
 TRACE_ID_PATTERN = r"^[0-9a-fA-F]{32}$"
 SPAN_ID_PATTERN = r"^[0-9a-fA-F]{16}$"
 ERROR_KIND_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
-RAN_ON_PATTERN = r"^(builtin|remote|mcp:[A-Za-z0-9_.\-]{1,100})$"
+RAN_ON_PATTERN = r"^(builtin|remote|none|mcp:[A-Za-z0-9_.\-]{1,100})$"
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"  # one line of printable text
 MAX_LATENCY_MS = 7 * 24 * 3600 * 1000.0
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
@@ -58,7 +58,7 @@ class InvocationIn(Schema):
     ran_on: str | None = Field(
         default=None,
         pattern=RAN_ON_PATTERN,
-        description="builtin, remote or mcp:<server>; defaults to remote for tool spans",
+        description="builtin, remote, mcp:<server>, none (never ran); tool spans default to remote",
     )
     agent: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
     session_id: str = Field(default="", max_length=200, pattern=NAME_PATTERN)

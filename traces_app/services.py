@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from bisect import bisect_right
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -288,7 +290,7 @@ SPIRAL_WINDOW = 100
 
 def detect_spirals(trace_id: str) -> None:
     """Read a trace's newest tool calls and store their spirals, replacing older findings."""
-    calls = newest_tool_calls(trace_id)
+    calls = with_llm_turns(trace_id, newest_tool_calls(trace_id))
     # With a full window, spirals that began before it are left as they were stored.
     window_start = calls[0].started_at if len(calls) == SPIRAL_WINDOW else None
     FailureSpiral.objects.replace_for_trace(
@@ -428,3 +430,42 @@ def _run_retrying(operation: Callable[[], T], attempts: int = 3) -> T:
                 raise
             logger.warning("retrying ingest transaction after %s (attempt %d)", sqlstate, attempt)
     raise AssertionError("unreachable")
+
+
+def with_llm_turns(trace_id: str, calls: list[CallView]) -> list[CallView]:
+    """Return the calls with the LLM turn that asked for each one added to its cost.
+
+    A spiral wastes the model's turns as well as the tool's time: each call a model chose
+    (not the planner or a workflow) takes its share of the trace's latest llm span started
+    before it, shared evenly by the calls of that turn; its start moves back by that share
+    of time, so a spiral starts when the model's first turn in it did.
+    """
+    chosen = [
+        index for index, call in enumerate(calls)
+        if call.started_at is not None and call.chosen_by not in ("planner", "workflow")
+    ]  # fmt: skip
+    if not chosen:
+        return calls
+    turns = list(
+        Invocation.objects.filter(
+            trace_id=trace_id, kind=SpanKind.LLM, started_at__lte=calls[chosen[-1]].started_at
+        )
+        .order_by("-started_at")
+        .values_list("started_at", "latency_ms", "input_tokens", "output_tokens")[:SPIRAL_WINDOW]
+    )[::-1]
+    starts = [turn[0] for turn in turns]
+    owners = {index: bisect_right(starts, calls[index].started_at) - 1 for index in chosen}
+    owners = {index: turn for index, turn in owners.items() if turn >= 0}
+    shares = Counter(owners.values())
+    with_turns = list(calls)
+    for index, turn in owners.items():
+        _, latency_ms, input_tokens, output_tokens = turns[turn]
+        call, share = calls[index], shares[turn]
+        moved = latency_ms / share
+        with_turns[index] = dataclasses.replace(
+            call,
+            tokens=call.tokens + (input_tokens + output_tokens) // share,
+            latency_ms=call.latency_ms + moved,
+            started_at=call.started_at - timedelta(milliseconds=moved),
+        )
+    return with_turns

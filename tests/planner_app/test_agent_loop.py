@@ -166,9 +166,11 @@ def test_an_unknown_tool_goes_to_the_planner(fake_llm: FakeLlm, default_rules: N
     assert "the planner took the user's request" in answer["content"]
     assert '"result": 1024' in answer["content"]
     assert of_type(events, "fallback")[0]["reason"] == "unknown_tool"
-    assert [e["path"] for e in of_type(events, "tool_finished")] == [2]
-    assert [(s.tool_name, s.chosen_by, s.error_kind) for s in spans(result, kind="tool")] == [
-        ("math_solver", "llm", "not_found"), ("calculator", "planner", ""),
+    assert [e["path"] for e in of_type(events, "tool_finished")] == [1, 2]
+    assert [(s.tool_name, s.chosen_by, s.error_kind, s.ran_on, s.tool_call_id)
+            for s in spans(result, kind="tool")] == [
+        ("math_solver", "llm", "not_found", "none", "call_1"),
+        ("calculator", "planner", "", "builtin", "call_1"),
     ]  # fmt: skip
 
 
@@ -187,11 +189,11 @@ def test_no_tool_call_where_one_was_needed_goes_to_the_planner(
 def test_required_tool_choice_plans_when_the_model_only_talks(
     fake_llm: FakeLlm, default_rules: None
 ) -> None:
-    fake_llm.script(say("I think it is about 3 million."), say("3628800"))
+    fake_llm.script(say("I think it is about 3 million."))
     result = chat(make_agent(), "10 factorial", tool_choice="required")
-    assert fake_llm.requests[0]["tool_choice"] == "required"
-    assert fake_llm.requests[1]["tool_choice"] == "auto"
+    assert [r["tool_choice"] for r in fake_llm.requests] == ["required"]
     assert [s.chosen_by for s in spans(result, kind="tool")] == ["planner"]
+    assert result.finish_reason == "planner_answer" and "3628800" in result.content
 
 
 def test_invalid_json_arguments_go_back_as_invalid_arguments(fake_llm: FakeLlm) -> None:
@@ -237,15 +239,16 @@ def test_an_agent_without_tools_gets_none_and_its_calls_are_not_run(fake_llm: Fa
 def test_the_spiral_breaker_stops_a_repeated_failure_and_plans(
     fake_llm: FakeLlm, test_tools: None, default_rules: None
 ) -> None:
-    fake_llm.script(*[call("lookup", {"key": "n"}) for _ in range(4)], say("10! = 3628800"))
+    fake_llm.script(*[call("lookup", {"key": "n"}) for _ in range(3)], say("10! = 3628800"))
     events: list[LoopEvent] = []
     result = chat(make_agent(tools=["lookup", "calculator"]), "10 factorial", events)
     third = tool_messages(fake_llm.requests[3])[-1]["content"]
     assert third.startswith("lookup failed (tool_error): the lookup backend is down")
     assert "stopped by the spiral breaker: 3 calls of lookup failed alike" in third
     assert "3628800" in third
-    fourth = tool_messages(fake_llm.requests[4])[-1]["content"]
-    assert fourth.startswith("lookup failed (cancelled): stopped by the spiral breaker")
+    assert "tools" not in fake_llm.requests[3] and len(fake_llm.requests) == 4
+    assert fake_llm.requests[3]["messages"][-1]["content"].startswith("No more tool calls")
+    assert (result.content, result.finish_reason) == ("10! = 3628800", "spiral_breaker")
     [spiral] = of_type(events, "spiral")
     assert (spiral["tool"], spiral["attempts"], spiral["resolution"]) == (
         "lookup", 3, "planner_fallback",
