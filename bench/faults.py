@@ -410,6 +410,9 @@ def celery_worker(env: dict[str, str]) -> Iterator[None]:
 
 def run(database: str, database_url: str, args: argparse.Namespace, var_dir: str) -> bool:
     env = {**server_env(database_url, workers=2), "ARES_VAR_DIR": var_dir}
+    # The faults are on purpose: their error logs (a killed worker, the database gone)
+    # would bury the figures.
+    env.update(LOG_LEVEL="CRITICAL", GUNICORN_LOG_LEVEL="critical")
     manage(env, "migrate", "--noinput")
     key = manage(env, "create_api_key", "--name", "faults", "--scopes", "report,read").strip()
     spans = demo_spans(args.spans, seed=args.seed, now=datetime.now(UTC), days=1.0)
