@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import plotly.graph_objects as go
@@ -15,6 +15,7 @@ from traces_app.rollups import merge, percentile_from_histogram
 
 TOP_FAILING_TOOLS = 10
 ACTIVE_SPIRALS_SHOWN = 20
+AGENTS_SHOWN = 20
 
 
 @dataclass
@@ -26,6 +27,8 @@ class Overview:
     tool_p95_ms: float
     failing_tools: list[tuple[ToolTotals, str]]  # with each one's failure rate, as text
     charts: list[Chart]
+    # The busiest agents ("(none)": spans without one), with their caller faults.
+    agents: list[tuple[str, SpanTotals]] = field(default_factory=list)
 
     @property
     def error_rate(self) -> str:
@@ -52,6 +55,9 @@ def overview_of(time_range: TimeRange) -> Overview:
             :TOP_FAILING_TOOLS
         ],
         charts=charts(time_range, summary),
+        agents=sorted(summary.by_agent.items(), key=lambda item: (-item[1].calls, item[0]))[
+            :AGENTS_SHOWN
+        ],
     )
 
 

@@ -80,20 +80,24 @@ def score_chart(scores: list[BucketScore]) -> Chart:
 
 
 def success_chart(time_range: TimeRange, points: dict[datetime, ToolTotals]) -> Chart:
-    """Return the chart of a tool's success rate per bucket (gaps where it had no calls)."""
+    """Return the chart of a tool's success rate per bucket (gaps where it had no calls).
+
+    The rate is the evidence's: calls that failed by the caller's fault are left out.
+    """
     x = time_range.bucket_starts()
     rates = [points[s].success_rate if s in points else None for s in x]
     rows = [
-        [_when(s), points[s].calls, points[s].successes, points[s].failures, _rate(rate)]
+        [_when(s), points[s].calls, points[s].successes, points[s].failures, _rate(rate),
+         points[s].caller_faults]
         for s, rate in zip(x, rates, strict=True)
         if s in points
-    ]
+    ]  # fmt: skip
     trace = go.Scatter(x=x, y=rates, name="Success rate", mode="lines+markers")
     return make_chart(
         "success-rate",
-        "Success rate",
+        "Success rate (caller faults left out)",
         [trace],
-        ["Bucket (UTC)", "Calls", "Successes", "Failures", "Success rate"],
+        ["Bucket (UTC)", "Calls", "Successes", "Failures", "Success rate", "Caller faults"],
         rows,
         yaxis={"tickformat": ".0%", "rangemode": "tozero"},
     )

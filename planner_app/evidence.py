@@ -29,10 +29,14 @@ _resolver = ToolResolver()
 
 
 def evidence_from(totals: ToolTotals | None) -> Evidence | None:
-    """Return a rollup's record as the scorer's Evidence; None when it holds no calls."""
-    if totals is None or not totals.calls:
+    """Return a rollup's record as the scorer's Evidence; None when no call judges the tool.
+
+    The caller's faults are left out (see planner_app.pipeline.scoring), as the planner's
+    own record (services.recent_evidence) leaves them out.
+    """
+    if totals is None or not totals.judged_calls:
         return None
-    return Evidence(totals.calls, totals.successes / totals.calls, totals.mean_latency_ms)
+    return Evidence(totals.judged_calls, totals.success_rate or 0.0, totals.mean_latency_ms)
 
 
 def score_with(candidate: Candidate, ruleset: RuleSet, evidence: Evidence | None) -> Score:
@@ -79,11 +83,13 @@ def last_calls_before(tools: list[str], moment: datetime) -> dict[str, tuple[dat
     found = {}
     for name in tools:
         earlier = ToolRollup.objects.filter(tool_name=name, bucket_start__lt=moment, calls__gt=0)
-        rollup = earlier.order_by("-bucket_start").first()
-        if rollup is not None:
+        # Usually the first: only an hour of nothing but the caller's faults is passed over.
+        for rollup in earlier.order_by("-bucket_start").iterator(chunk_size=24):
             totals = ToolTotals(name)
             totals.add(rollup)
-            found[name] = (rollup.bucket_start, totals)
+            if totals.judged_calls:
+                found[name] = (rollup.bucket_start, totals)
+                break
     return found
 
 
@@ -104,7 +110,7 @@ def score_series(
     scores = []
     for start in time_range.bucket_starts():
         totals = points.get(start)
-        if totals is not None and totals.calls:
+        if evidence_from(totals) is not None:
             carried = (start, score_with(candidate, ruleset, evidence_from(totals)))
         scores.append(BucketScore(start, totals, carried[1], carried[0]))
     return scores
@@ -173,6 +179,7 @@ class CandidateParts:
     candidate: Candidate
     over_range: Score
     now: Score
+    caller_faults: int = 0  # calls of the range left out of its evidence: the callers' faults
 
 
 @dataclass(frozen=True)
@@ -210,6 +217,7 @@ def capability_evidence(
             c,
             score_with(c, ruleset, evidence_from(totals.get(c.spec.name))),
             current_score(c, ruleset),
+            totals[c.spec.name].caller_faults if c.spec.name in totals else 0,
         )
         for c in candidates
     ]

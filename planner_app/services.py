@@ -12,7 +12,7 @@ from planner_app.pipeline.planner import Plan, Planner
 from planner_app.pipeline.scoring import Evidence
 from planner_app.rulesets import current_ruleset
 from tools_app.runtime import get_engine
-from traces_app.models import Invocation
+from traces_app.models import Invocation, caller_fault_q
 
 _planner = Planner()
 _evidence_lock = threading.Lock()
@@ -20,12 +20,17 @@ _evidence: dict[tuple[str, int], tuple[float, Evidence | None]] = {}
 
 
 def recent_evidence(tool: str, window: int) -> Evidence | None:
-    """Return the tool's record over its last `window` calls from every path (cached briefly)."""
+    """Return the tool's record over its last `window` calls from every path (cached briefly).
+
+    Calls that failed by the caller's fault (CALLER_FAULTS) are not the tool's record and
+    are left out: the window is the tool's last calls that judge it.
+    """
     now = time.monotonic()
     cached = _evidence.get((tool, window))
     if cached is not None and now - cached[0] < settings.ARES_PLANNER_EVIDENCE_TTL_S:
         return cached[1]
-    latest = Invocation.objects.filter(tool_name=tool, kind="tool").order_by("-started_at")
+    spans = Invocation.objects.filter(tool_name=tool, kind="tool").exclude(caller_fault_q())
+    latest = spans.order_by("-started_at")
     ids = latest.values("pk")[:window]
     totals = Invocation.objects.filter(pk__in=ids).aggregate(
         samples=Count("pk"), ok=Count("pk", filter=Q(status="ok")), latency=Avg("latency_ms")

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from traces_app.models import SpanRollup, ToolRollup, recount_marked_rollups
+from traces_app.models import CALLER_FAULTS, SpanRollup, ToolRollup, recount_marked_rollups
 from traces_app.ranges import TimeRange, range_context
 from traces_app.rollups import empty_histogram, merge, merge_counts, percentile_from_histogram
 
@@ -66,12 +66,28 @@ class ToolTotals:
         self.cost_usd += rollup.cost_usd
 
     @property
+    def caller_faults(self) -> int:
+        """Return the failures that were the caller's fault (CALLER_FAULTS), not the tool's."""
+        return sum(self.failures_by_kind.get(kind, 0) for kind in CALLER_FAULTS)
+
+    @property
+    def judged_calls(self) -> int:
+        """Return the calls that judge the tool: all but the caller's faults."""
+        return self.calls - self.caller_faults
+
+    @property
     def success_rate(self) -> float | None:
-        return self.successes / self.calls if self.calls else None
+        """Return the share of the calls judging the tool that succeeded (the evidence's)."""
+        return self.successes / self.judged_calls if self.judged_calls else None
 
     @property
     def mean_latency_ms(self) -> float:
-        return self.latency_sum_ms / self.calls if self.calls else 0.0
+        """Return the mean latency of the calls judging the tool.
+
+        The caller's faults are refused before the tool runs, in a fraction of a
+        millisecond, so their latency is left in the sum but not in the count.
+        """
+        return self.latency_sum_ms / self.judged_calls if self.judged_calls else 0.0
 
     @property
     def p50_ms(self) -> float:
@@ -125,6 +141,7 @@ class SpanTotals:
 
     calls: int = 0
     failures: int = 0
+    caller_faults: int = 0  # failed tool calls that were the caller's fault (CALLER_FAULTS)
     tool_calls: int = 0
     llm_calls: int = 0
     input_tokens: int = 0
@@ -135,6 +152,7 @@ class SpanTotals:
     def add(self, rollup: SpanRollup) -> None:
         self.calls += rollup.calls
         self.failures += rollup.failures
+        self.caller_faults += rollup.caller_faults
         self.tool_calls += rollup.calls if rollup.kind == "tool" else 0
         self.llm_calls += rollup.calls if rollup.kind == "llm" else 0
         self.input_tokens += rollup.input_tokens
@@ -156,6 +174,7 @@ class ActivitySummary:
     tool_calls_by_chosen_by: dict[str, int]
     tool_calls_by_ran_on: dict[str, int]
     calls_by_agent: dict[str, int]
+    by_agent: dict[str, SpanTotals] = field(default_factory=dict)  # "(none)": no agent
 
 
 def activity(time_range: TimeRange) -> ActivitySummary:
@@ -163,12 +182,15 @@ def activity(time_range: TimeRange) -> ActivitySummary:
     totals, by_bucket = SpanTotals(), defaultdict(SpanTotals)
     chosen_by: dict[str, int] = defaultdict(int)
     ran_on: dict[str, int] = defaultdict(int)
-    agents: dict[str, int] = defaultdict(int)
+    agents: dict[str, SpanTotals] = defaultdict(SpanTotals)
     for rollup in SpanRollup.objects.filter(**_hours(time_range)).order_by().iterator(2000):
         totals.add(rollup)
         by_bucket[time_range.bucket_of(rollup.bucket_start)].add(rollup)
-        agents[rollup.agent or "(none)"] += rollup.calls
+        agents[rollup.agent or "(none)"].add(rollup)
         if rollup.kind == "tool":
             chosen_by[rollup.chosen_by or "unknown"] += rollup.calls
             ran_on[rollup.ran_on or "unknown"] += rollup.calls
-    return ActivitySummary(totals, dict(by_bucket), dict(chosen_by), dict(ran_on), dict(agents))
+    calls_by_agent = {agent: agent_totals.calls for agent, agent_totals in agents.items()}
+    return ActivitySummary(
+        totals, dict(by_bucket), dict(chosen_by), dict(ran_on), calls_by_agent, dict(agents)
+    )

@@ -41,6 +41,17 @@ class SpanStatus(models.TextChoices):
     ERROR = "error", "Error"
 
 
+# Error kinds that are the caller's fault, not the tool's: arguments that break the
+# contract (the engine refuses them before the tool runs; a tool that finds them wrong
+# says so too), a tool the caller may not call, a tool an operator turned off, a call
+# cancelled on the caller's side (the spiral breaker, a turn stopped early). They count
+# against the model and agent that made the call (SpanRollup.caller_faults), never in a
+# tool's success rate as evidence (planner_app.pipeline.scoring says why). not_found is
+# not one: an unknown tool name is stored under that name, so it already falls on no
+# registered tool, while a tool that answers "not found" itself has run and answered.
+CALLER_FAULTS = frozenset({"invalid_arguments", "permission_denied", "disabled", "cancelled"})
+
+
 class TraceStatus(models.TextChoices):
     OK = "ok", "OK"
     ERROR = "error", "Has failures"
@@ -564,16 +575,24 @@ def _span_groups(window: models.Q) -> models.QuerySet:
         .annotate(
             calls=models.Count("pk"),
             failures=models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
+            caller_faults=models.Count("pk", filter=caller_fault_q()),
             **_summed_totals(),
         )
         .order_by()
     )
 
 
+def caller_fault_q() -> models.Q:
+    """Return the condition "a tool call that failed by the caller's fault" (CALLER_FAULTS)."""
+    return models.Q(
+        kind=SpanKind.TOOL, status=SpanStatus.ERROR, error_kind__in=sorted(CALLER_FAULTS)
+    )
+
+
 SPAN_ROLLUP_KEY = ["bucket_start", "kind", "chosen_by", "ran_on", "agent"]
 SPAN_ROLLUP_TOTALS = [
-    "calls", "failures", "latency_sum_ms", "input_tokens", "output_tokens", "result_tokens",
-    "cost_usd", "updated_at",
+    "calls", "failures", "caller_faults", "latency_sum_ms", "input_tokens", "output_tokens",
+    "result_tokens", "cost_usd", "updated_at",
 ]  # fmt: skip
 
 
@@ -591,6 +610,9 @@ class SpanRollup(models.Model):
     agent = models.CharField(max_length=200, blank=True)
     calls = models.PositiveIntegerField(default=0)
     failures = models.PositiveIntegerField(default=0)
+    caller_faults = models.PositiveIntegerField(
+        default=0, help_text="Failures that were the caller's fault (CALLER_FAULTS)"
+    )
     latency_sum_ms = models.FloatField(default=0.0)
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)

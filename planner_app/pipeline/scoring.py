@@ -7,6 +7,19 @@
 
 The numbers are the editable ScoringWeights. With no recorded evidence, the success
 rate is 0.95 and the latency is the profile's (else 0).
+
+The evidence blames the right party. A call that failed by its caller's fault is no
+evidence about the tool, so it is in neither the calls nor the failures of the success
+rate, nor in the latency: arguments that break the contract (invalid_arguments, which
+the engine refuses before the tool runs), a tool the caller may not call
+(permission_denied), a tool an operator turned off (disabled), a call cancelled on the
+caller's side (cancelled). traces_app.models.CALLER_FAULTS lists them; they count
+against the model and agent that sent them (the overview's calls by agent). Otherwise a
+model that sends {"expression": 123} ten times would sink the calculator, which did
+exactly what it should, and the planner would stop choosing a tool that works. Failures
+of the tool's own (timeout, tool_error, not_found, unavailable, ...) count in full.
+The success rate counts attempts (spans), not calls: each attempt of an engine retry is
+the tool tried once more, and timing out again is the tool's record.
 """
 
 from __future__ import annotations
