@@ -55,6 +55,8 @@ class FakeLlm:
     model: str = "fake-model"
     replies: list[Reply | Callable[[dict[str, Any]], Reply]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # A stubborn model: the reply given, forever, once the script has run out.
+    forever: Reply | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
 
@@ -70,10 +72,16 @@ class FakeLlm:
     def next_reply(self, body: dict[str, Any]) -> Reply:
         with self.lock:
             self.requests.append(body)
+            if not self.replies and self.forever is not None:
+                return self.forever
             if not self.replies:
                 return fail(500, "the fake LLM's script has no reply left")
             reply = self.replies.pop(0)
         return reply(body) if callable(reply) else reply
+
+    def always(self, reply: Reply) -> None:
+        """Give this reply to every request from now on (after any scripted ones)."""
+        self.forever = reply
 
     def start(self) -> FakeLlm:
         handler = type("Handler", (_Handler,), {"llm": self})
