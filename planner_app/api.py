@@ -105,7 +105,10 @@ class TokensOut(Schema):
 
 class ChatOut(Schema):
     content: str
-    finish_reason: str = Field(description="stop, max_iterations, budget")
+    finish_reason: str = Field(
+        description="stop, spiral_breaker, planner_answer (the model gave none: the planner's "
+        "result), no_answer, max_iterations, budget, discovery_exhausted"
+    )
     agent: str
     model: str
     trace_id: str
