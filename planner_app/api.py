@@ -76,7 +76,9 @@ class ChatMessageIn(Schema):
 
 
 class ChatIn(Schema):
-    agent: str = Field(min_length=1, max_length=100, description="The agent's name")
+    agent: str = Field(
+        min_length=1, max_length=100, pattern=NAME_PATTERN, description="The agent's name"
+    )
     messages: list[ChatMessageIn] = Field(
         min_length=1, max_length=200, description="The conversation so far, ending with the user"
     )

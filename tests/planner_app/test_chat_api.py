@@ -94,6 +94,9 @@ def test_it_keeps_the_callers_trace_and_history(
         (ask("hi") | {"messages": [{"role": "user"}]}, 422, "messages.0.content"),
         (ask("hi", tool_choice="always"), 422, "tool_choice"),
         (ask("hi", trace_id="xyz"), 422, "trace_id"),
+        # PostgreSQL refuses a NUL in a query: the name is checked first (a fuzzer's find).
+        (ask("hi", agent="math\x00tutor"), 422, "agent"),
+        (ask("hi", agent="math\ntutor"), 422, "agent"),
     ],
 )  # fmt: skip
 def test_it_refuses_bad_requests_clearly(
