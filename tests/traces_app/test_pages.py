@@ -18,7 +18,9 @@ from traces_app.models import ApiKey, FailureSpiral, Invocation, Trace
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 
-T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+# Two hours back: outside the "1h" range however that range is rounded to whole hours.
+# Two hours back: outside the "1h" range however that range is rounded to whole hours.
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
 HOSTILE = "<script>alert('pwned')</script>"
 
 
@@ -366,7 +368,8 @@ def test_it_shows_a_spiral_attempt_by_attempt(admin_client: Client, spiral: Fail
     ending = response.context["ending"]
     assert (ending.tool_name, ending.chosen_by) == ("http_get", "planner")
     html = response.content.decode()
-    assert "15 tokens, 600.0 ms" in html
+    # 3 calls of 100, 200 and 300 ms, and the 3.5 ms LLM turn that asked for the first.
+    assert "15 tokens, 603.5 ms" in html
     assert 'href="/tools/web_search/"' in html
     assert f'href="/traces/{spiral.trace_id}/#span-{ending.span_id}"' in html
 
