@@ -169,7 +169,7 @@ class RuleSetVersion(models.Model):
 
 
 class Workflow(models.Model):
-    """A named DAG of tool steps (Path 3), stored as the JSON that workflows.py reads."""
+    """A named DAG of tool steps (Path 3), stored as the JSON that workflows/graph.py reads."""
 
     name = models.CharField(max_length=100, unique=True)
     description = models.TextField(blank=True)
@@ -187,7 +187,7 @@ class Workflow(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from planner_app.workflows import WorkflowError, validate_workflow
+        from planner_app.workflows.graph import WorkflowError, validate_workflow
         from tools_app.runtime import get_engine
 
         try:
@@ -200,7 +200,7 @@ class Workflow(models.Model):
 
     def as_workflow(self) -> Any:
         """Return the workflow this row defines; WorkflowError if the JSON is malformed."""
-        from planner_app.workflows import workflow_from_json
+        from planner_app.workflows.graph import workflow_from_json
 
         definition = self.definition if isinstance(self.definition, dict) else {"steps": None}
         return workflow_from_json({**definition, "name": self.name})

@@ -52,9 +52,9 @@ from planner_app.replan import (
     plan_execute_replan,
     plan_from_reply,
 )
-from planner_app.workflow_runs import StepWatch, bridge_step_runner, call_in_thread
-from planner_app.workflows import StepStatus, WorkflowError, WorkflowRun, WorkflowStep
-from planner_app.workflows import validate_workflow as check_plan
+from planner_app.workflows.graph import StepStatus, WorkflowError, WorkflowRun, WorkflowStep
+from planner_app.workflows.graph import validate_workflow as check_plan
+from planner_app.workflows.runs import StepWatch, bridge_step_runner, call_in_thread
 from tools_app.engine import CallContext
 from tools_app.formatting import estimate_tokens
 from tools_app.registry import ToolRegistry

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner_app.workflows import (
+from planner_app.workflows.graph import (
     ProblemKind,
     RunStatus,
     RunStep,

@@ -38,7 +38,7 @@ from planner_app.agents import llm_problem, run_agent
 from planner_app.llm.messages import Message
 from planner_app.models import Agent, Workflow, WorkflowRun
 from planner_app.plan_agent import PlanDrafted, finished_event, run_plan_agent, watch_steps
-from planner_app.workflow_runs import execute_run
+from planner_app.workflows.runs import execute_run
 from tools_app.engine import CallContext
 from tools_app.registry import ToolRegistry
 from tools_app.runtime import get_engine

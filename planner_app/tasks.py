@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from planner_app.workflow_runs import execute_run
+from planner_app.workflows.runs import execute_run
 
 
 @shared_task

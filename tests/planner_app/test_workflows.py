@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from planner_app.workflows import (
+from planner_app.workflows.graph import (
     ProblemKind,
     RunStatus,
     StepStatus,

@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from planner_app.models import Workflow
-from planner_app.workflows import WorkflowError, workflow_from_json, workflow_to_json
+from planner_app.workflows.graph import WorkflowError, workflow_from_json, workflow_to_json
 
 
 class Command(BaseCommand):

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from planner_app import bridge
 from planner_app.models import Workflow, WorkflowRun
-from planner_app.workflows import RunStep, WorkflowStep, run_workflow
+from planner_app.workflows.graph import RunStep, WorkflowStep, run_workflow
 from tools_app.engine import CallContext
 from tools_app.specs import ToolResult
 
