@@ -9,8 +9,9 @@ from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import field_validator
 
-from planner_app import agents, bridge
-from planner_app.llm.messages import LlmNotConfigured, Message
+from planner_app import bridge
+from planner_app.agents.llm.messages import LlmNotConfigured, Message
+from planner_app.agents.run import model_name, run_agent
 from planner_app.models import Agent
 from planner_app.services import plan_request
 from tools_app.engine import CallContext
@@ -138,7 +139,7 @@ def chat_with_agent(request: HttpRequest, payload: ChatIn) -> Status:
         raise HttpError(404, f"no agent named {payload.agent!r}; known: {known}")
     messages = [Message(m.role, m.content) for m in payload.messages]
     try:
-        result = agents.run_agent(
+        result = run_agent(
             agent,
             messages,
             trace_id=payload.trace_id.lower() if payload.trace_id else None,
@@ -157,7 +158,7 @@ def chat_with_agent(request: HttpRequest, payload: ChatIn) -> Status:
             "content": result.content,
             "finish_reason": result.finish_reason,
             "agent": agent.name,
-            "model": agents.model_name(agent),
+            "model": model_name(agent),
             "trace_id": result.trace_id,
             "iterations": result.iterations,
             "tokens_used": {

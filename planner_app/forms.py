@@ -7,8 +7,8 @@ from typing import Any
 
 from django import forms
 
+from planner_app.agents.sandbox import LLM_MODES, MODES, SandboxTask, llm_problem_of
 from planner_app.models import Agent, Workflow
-from planner_app.sandbox import LLM_MODES, MODES, SandboxTask, llm_problem_of
 
 MAX_MESSAGE_CHARS = 4000
 

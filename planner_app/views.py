@@ -12,8 +12,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from planner_app import backtest, bridge, sandbox
-from planner_app.agents import HOW_TO_CONFIGURE
+from planner_app import backtest, bridge
+from planner_app.agents import sandbox
+from planner_app.agents.run import HOW_TO_CONFIGURE
 from planner_app.forms import SandboxForm
 from planner_app.models import Agent, RuleSetVersion, Workflow
 from planner_app.pipeline.planner import Plan

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from planner_app.agent_loop import LoopEvent, LoopResult
-from planner_app.agents import run_agent
-from planner_app.llm.messages import Message
+from planner_app.agents.llm.messages import Message
+from planner_app.agents.loop import LoopEvent, LoopResult
+from planner_app.agents.run import run_agent
 from planner_app.models import Agent
 from tests.planner_app.fake_llm import FakeLlm, call, calls, fail, say
 from tools_app import runtime

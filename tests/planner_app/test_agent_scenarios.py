@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from planner_app.agents.plan_agent import run_plan_agent
 from planner_app.models import Agent
-from planner_app.plan_agent import run_plan_agent
 from tests.planner_app.fake_llm import FakeLlm, Reply, call, calls, say
 from tools_app import runtime
 from tools_app.specs import ErrorKind, ToolFailure, ToolSpec

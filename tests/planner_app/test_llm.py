@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner_app.llm import anthropic_format, openai_format
-from planner_app.llm.client import OpenAICompatibleModel
-from planner_app.llm.messages import LlmError, Message, ToolsNotSupported, Usage
+from planner_app.agents.llm import anthropic_format, openai_format
+from planner_app.agents.llm.client import OpenAICompatibleModel
+from planner_app.agents.llm.messages import LlmError, Message, ToolsNotSupported, Usage
 from tests.planner_app.fake_llm import FakeLlm, call, calls, fail, say
 from tools_app.builtins import calculator
 from tools_app.specs import ToolCall

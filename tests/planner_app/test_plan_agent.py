@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from planner_app.agent_loop import LoopEvent
+from planner_app.agents.loop import LoopEvent
+from planner_app.agents.plan_agent import PlanAgentResult, run_plan_agent
 from planner_app.models import Agent
-from planner_app.plan_agent import PlanAgentResult, run_plan_agent
 from tests.planner_app.fake_llm import FakeLlm, fail, say
 from traces_app.models import Invocation, Trace
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from planner_app.replan import (
+from planner_app.agents.replan import (
     ReplanSettings,
     plan_execute_replan,
     plan_from_reply,

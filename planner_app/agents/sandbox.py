@@ -26,7 +26,8 @@ from django.db import connections
 from django.urls import reverse
 
 from planner_app import bridge
-from planner_app.agent_loop import (
+from planner_app.agents.llm.messages import Message
+from planner_app.agents.loop import (
     PATH_PLANNER,
     Final,
     LoopEvent,
@@ -34,10 +35,9 @@ from planner_app.agent_loop import (
     Started,
     ToolStarted,
 )
-from planner_app.agents import llm_problem, run_agent
-from planner_app.llm.messages import Message
+from planner_app.agents.plan_agent import PlanDrafted, finished_event, run_plan_agent, watch_steps
+from planner_app.agents.run import llm_problem, run_agent
 from planner_app.models import Agent, Workflow, WorkflowRun
-from planner_app.plan_agent import PlanDrafted, finished_event, run_plan_agent, watch_steps
 from planner_app.workflows.runs import execute_run
 from tools_app.engine import CallContext
 from tools_app.registry import ToolRegistry

@@ -43,14 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
-from planner_app.discovery.requests import (
-    MAX_TOOL_REQUESTS,
-    ToolRequest,
-    ToolRequestError,
-    TooManyToolRequests,
-    parse_tool_requests,
-)
-from planner_app.llm.messages import (
+from planner_app.agents.llm.messages import (
     ChatModel,
     LlmError,
     LlmReply,
@@ -58,7 +51,14 @@ from planner_app.llm.messages import (
     ToolsNotSupported,
     Usage,
 )
-from planner_app.token_budget import TokenBudget
+from planner_app.agents.token_budget import TokenBudget
+from planner_app.discovery.requests import (
+    MAX_TOOL_REQUESTS,
+    ToolRequest,
+    ToolRequestError,
+    TooManyToolRequests,
+    parse_tool_requests,
+)
 from tools_app.engine import CallContext, ToolEngine
 from tools_app.formatting import estimate_tokens, format_error
 from tools_app.specs import ErrorKind, ToolCall, ToolError, ToolResult, ToolSpec
@@ -227,7 +227,7 @@ class Discovered(Protocol):
 
 @dataclass(frozen=True)
 class LoopServices:
-    """What the loop uses from the site; the Django adapter (planner_app.agents) fills it."""
+    """What the loop uses from the site; the Django adapter (planner_app.agents.run) fills it."""
 
     engine: ToolEngine
     fallback: Callable[..., Any]  # planner_app.bridge.execute

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import openai
 
-from planner_app.llm import openai_format
-from planner_app.llm.messages import LlmError, LlmReply, Message, ToolsNotSupported
+from planner_app.agents.llm import openai_format
+from planner_app.agents.llm.messages import LlmError, LlmReply, Message, ToolsNotSupported
 from tools_app.specs import ToolSpec
 
 _NO_TOOLS = re.compile(

@@ -27,7 +27,8 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from planner_app.agent_loop import (
+from planner_app.agents.llm.messages import ChatModel, LlmError, LlmReply, Message, Usage
+from planner_app.agents.loop import (
     PATH_MCP,
     PATH_PLANNER,
     PATH_WORKFLOW,
@@ -41,17 +42,16 @@ from planner_app.agent_loop import (
     ToolFinished,
     ToolStarted,
 )
-from planner_app.agents import chat_model, record_spans
-from planner_app.bridge import BridgeResult
-from planner_app.llm.messages import ChatModel, LlmError, LlmReply, Message, Usage
-from planner_app.models import Agent
-from planner_app.replan import (
+from planner_app.agents.replan import (
     PLAN_INSTRUCTIONS,
     ReplanOutcome,
     ReplanSettings,
     plan_execute_replan,
     plan_from_reply,
 )
+from planner_app.agents.run import chat_model, record_spans
+from planner_app.bridge import BridgeResult
+from planner_app.models import Agent
 from planner_app.workflows.graph import StepStatus, WorkflowError, WorkflowRun, WorkflowStep
 from planner_app.workflows.graph import validate_workflow as check_plan
 from planner_app.workflows.runs import StepWatch, bridge_step_runner, call_in_thread

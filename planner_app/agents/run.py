@@ -1,6 +1,6 @@
 """Agents in the site: an Agent row, its LLM endpoint and the site's services, run as one task.
 
-The loop itself (agent_loop.py) knows no Django; this is where it meets the settings,
+The loop itself (loop.py) knows no Django; this is where it meets the settings,
 the process's tool engine, the Bridge, and traces_app's recorder and spiral rule.
 """
 
@@ -14,8 +14,8 @@ from django.conf import settings
 from django.db import transaction
 
 from planner_app import bridge
-from planner_app.agent_loop import AgentSpec, LoopEvent, LoopResult, LoopServices, run_agent_loop
-from planner_app.llm.messages import ChatModel, LlmNotConfigured, Message
+from planner_app.agents.llm.messages import ChatModel, LlmNotConfigured, Message
+from planner_app.agents.loop import AgentSpec, LoopEvent, LoopResult, LoopServices, run_agent_loop
 from planner_app.models import Agent
 from tools_app.runtime import get_engine
 from traces_app.schemas import InvocationFromDict
@@ -62,7 +62,7 @@ def model_name(agent: Agent) -> str:
 def chat_model(agent: Agent) -> ChatModel:
     """Return the agent's model at its endpoint; LlmNotConfigured says how to set one."""
     # Imported here: the openai SDK costs each process ~15 MB, and ingest never needs it.
-    from planner_app.llm.client import OpenAICompatibleModel
+    from planner_app.agents.llm.client import OpenAICompatibleModel
 
     problem = llm_problem(agent)
     if problem:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from planner_app.llm.messages import (
+from planner_app.agents.llm.messages import (
     LlmReply,
     Message,
     Usage,

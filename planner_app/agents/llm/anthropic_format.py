@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from planner_app.llm.messages import LlmReply, Message, Usage, decode_arguments
+from planner_app.agents.llm.messages import LlmReply, Message, Usage, decode_arguments
 from tools_app.specs import ToolCall, ToolSpec
 
 _STOP_REASONS = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
