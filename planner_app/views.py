@@ -12,9 +12,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from planner_app import backtest, bridge
-from planner_app.agents import sandbox
+from planner_app import backtest, bridge, sandbox
 from planner_app.agents.run import HOW_TO_CONFIGURE
+from planner_app.agents.sandbox import LLM_MODES, MODES, llm_problem_of
 from planner_app.forms import SandboxForm
 from planner_app.models import Agent, RuleSetVersion, Workflow
 from planner_app.pipeline.planner import Plan
@@ -163,16 +163,16 @@ def _other_ruleset(draft: str, version: str) -> tuple[RuleSet | None, str, str]:
 def sandbox_page(request: HttpRequest) -> HttpResponse:
     """Show the sandbox chat: agents (and whether each has an LLM), paths, workflows."""
     agents = [
-        {"agent": agent, "has_llm": sandbox.llm_problem_of(agent) is None}
+        {"agent": agent, "has_llm": llm_problem_of(agent) is None}
         for agent in Agent.objects.order_by("name")
     ]
-    site_problem = sandbox.llm_problem_of(None)
+    site_problem = llm_problem_of(None)
     context = {
         "agents": agents,
         "site_has_llm": site_problem is None,
         "how_to_configure": HOW_TO_CONFIGURE,
-        "modes": sandbox.MODES.items(),
-        "llm_modes": sandbox.LLM_MODES,
+        "modes": MODES.items(),
+        "llm_modes": LLM_MODES,
         "workflows": Workflow.objects.order_by("name").only("name", "description"),
         "max_chars": SandboxForm.base_fields["message"].max_length,
     }
