@@ -23,7 +23,7 @@ from planner_app.models import (
     Workflow,
     WorkflowRun,
 )
-from planner_app.workflows.runs import start_run
+from planner_app.tasks import start_run
 
 
 class VersionedAdmin(admin.ModelAdmin):

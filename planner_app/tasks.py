@@ -1,9 +1,17 @@
-"""Background work of planner_app. Thin tasks: take ids, call a plain function."""
+"""Background work of planner_app. Thin tasks: take ids, call a plain function.
+
+start_run lives here, beside the task it enqueues: the runs module stays below this one,
+so imports point one way (tasks -> workflows.runs).
+"""
 
 from __future__ import annotations
 
-from celery import shared_task
+import secrets
 
+from celery import shared_task
+from django.db import transaction
+
+from planner_app.models import Workflow, WorkflowRun
 from planner_app.workflows.runs import execute_run
 
 
@@ -11,3 +19,14 @@ from planner_app.workflows.runs import execute_run
 def run_workflow_task(run_pk: int) -> None:
     """Run a saved workflow (long ones belong on a worker); progress is saved on the run."""
     execute_run(run_pk)
+
+
+def start_run(workflow: Workflow, *, background: bool) -> WorkflowRun:
+    """Create a run and execute it now, or hand it to a Celery worker after the commit."""
+    run = WorkflowRun.objects.create(workflow=workflow, trace_id=secrets.token_hex(16))
+    if background:
+        transaction.on_commit(lambda: run_workflow_task.delay(run.pk))
+    else:
+        execute_run(run.pk)
+        run.refresh_from_db()
+    return run

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import connections, transaction
+from django.db import connections
 from django.utils import timezone
 
 from planner_app import bridge
-from planner_app.models import Workflow, WorkflowRun
+from planner_app.models import WorkflowRun
 from planner_app.workflows.graph import RunStep, WorkflowStep, run_workflow
 from tools_app.engine import CallContext
 from tools_app.specs import ToolResult
@@ -57,19 +56,6 @@ def bridge_step_runner(context: CallContext, watch: StepWatch | None = None) -> 
         return result
 
     return run_step
-
-
-def start_run(workflow: Workflow, *, background: bool) -> WorkflowRun:
-    """Create a run and execute it now, or hand it to a Celery worker after the commit."""
-    from planner_app.tasks import run_workflow_task
-
-    run = WorkflowRun.objects.create(workflow=workflow, trace_id=secrets.token_hex(16))
-    if background:
-        transaction.on_commit(lambda: run_workflow_task.delay(run.pk))
-    else:
-        execute_run(run.pk)
-        run.refresh_from_db()
-    return run
 
 
 def execute_run(run_pk: int, watch: StepWatch | None = None) -> None:

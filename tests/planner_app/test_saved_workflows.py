@@ -14,8 +14,7 @@ from django.test import Client
 
 from ares_site.celery import app as celery_app
 from planner_app.models import Workflow, WorkflowRun
-from planner_app.tasks import run_workflow_task
-from planner_app.workflows.runs import start_run
+from planner_app.tasks import run_workflow_task, start_run
 from traces_app.models import Invocation
 
 ROOT = Path(__file__).resolve().parents[2]
