@@ -12,6 +12,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils import timezone
 
+from tools_app.models import unknown_tool_problem
+
 
 def _validate_patterns(patterns: Any) -> None:
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
@@ -105,8 +107,6 @@ class CapabilityMapping(models.Model):
         return f"{self.capability} -> {self.tool}"
 
     def clean(self) -> None:
-        from tools_app.runtime import unknown_tool_problem
-
         problem = unknown_tool_problem(self.tool)
         if problem:
             raise ValidationError({"tool": problem})
@@ -307,8 +307,6 @@ class Agent(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from tools_app.runtime import unknown_tool_problem
-
         if isinstance(self.tools, list):
             problems = [p for p in map(unknown_tool_problem, self.tools) if p]
             if problems:

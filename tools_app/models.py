@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
+from tools_app.builtins import builtin_specs
 from traces_app.redaction import is_secret_key
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ class ToolSetting(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from tools_app.runtime import unknown_tool_problem
-
         problem = unknown_tool_problem(self.name)
         if problem:
             raise ValidationError({"name": problem})
@@ -143,3 +142,20 @@ class McpServer(models.Model):
             timeout_s=self.timeout_s,
             enabled=self.enabled,
         )
+
+
+def unknown_tool_problem(name: str) -> str | None:
+    """Return why `name` names no tool, or None when it does (settings, mappings use this).
+
+    A tool of a configured MCP server counts even before any process has listed it.
+    """
+    server = name.split(".")[1] if name.startswith("mcp.") and name.count(".") >= 2 else None
+    if server and McpServer.objects.filter(name=server).exists():
+        return None
+    known = sorted(spec.name for spec in builtin_specs())
+    if name in known:
+        return None
+    return (
+        f"no tool named {name!r}; known: {', '.join(known)}, "
+        "and mcp.<server>.<tool> for a configured MCP server"
+    )

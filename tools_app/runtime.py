@@ -20,15 +20,7 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 from pydantic import ValidationError
 
-from tools_app.builtins import (
-    calculator,
-    datetime_tool,
-    hash_tool,
-    http_request,
-    json_tools,
-    string_utils,
-    web_search,
-)
+from tools_app.builtins import builtin_specs
 from tools_app.engine import ToolEngine
 from tools_app.models import McpServer, ToolSetting
 from tools_app.registry import ToolRegistry
@@ -46,41 +38,12 @@ _mcp_specs: dict[str, list[ToolSpec]] = {}
 _settings_checked_at = 0.0
 
 
-def builtin_specs() -> list[ToolSpec]:
-    """Return the contracts of the built-in tools, configured from settings."""
-    return [
-        calculator.SPEC,
-        hash_tool.SPEC,
-        string_utils.SPEC,
-        datetime_tool.SPEC,
-        json_tools.SPEC,
-        http_request.make_spec(
-            settings.ARES_HTTP_ALLOWED_HOSTS, settings.ARES_HTTP_ALLOWED_NETWORKS
-        ),
-        web_search.make_spec(settings.ARES_SEARXNG_URL or None),
-    ]
-
-
 def base_specs() -> dict[str, ToolSpec]:
     """Return every known tool (built-in and from MCP servers) before operator settings."""
     specs = builtin_specs()
     for server_specs in _mcp_specs.values():
         specs.extend(server_specs)
     return {spec.name: spec for spec in specs}
-
-
-def unknown_tool_problem(name: str) -> str | None:
-    """Return why `name` names no tool, or None when it does (settings, mappings use this).
-
-    A tool of a configured MCP server counts even before this process has listed it.
-    """
-    server = name.split(".")[1] if name.startswith("mcp.") and name.count(".") >= 2 else None
-    if server and McpServer.objects.filter(name=server).exists():
-        return None
-    known = base_specs()
-    if name in known:
-        return None
-    return f"no tool named {name!r}; known: {', '.join(sorted(known))}"
 
 
 def get_engine() -> ToolEngine:
