@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import secrets
 import threading
 import time
-from bisect import bisect_right
-from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -19,18 +16,15 @@ from django.db import DatabaseError, DataError, IntegrityError, OperationalError
 from django.utils import timezone
 
 from traces_app.models import (
-    FailureSpiral,
     Invocation,
     SpanKind,
-    SpiralResolution,
-    Trace,
     add_to_trace_totals,
     insert_ignoring_conflicts,
     mark_rollups_dirty,
 )
 from traces_app.redaction import bound_text, redact_text, safe_payload
 from traces_app.schemas import InvocationFromDict, InvocationIn
-from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
+from traces_app.spiral_detection import detect_spirals, spiral_candidates
 from traces_app.tasks import recount_rollups_task
 
 logger = logging.getLogger(__name__)
@@ -226,144 +220,6 @@ def _store(spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]) -> set
     return inserted
 
 
-def spiral_rule() -> SpiralRule:
-    """Return the spiral rule the settings define."""
-    return SpiralRule(
-        min_repeats=settings.ARES_SPIRAL_MIN_REPEATS,
-        allow_tools=frozenset(settings.ARES_SPIRAL_ALLOW_TOOLS),
-    )
-
-
-class _RecentCalls:
-    """A bounded, thread-safe count of recent (trace, tool, arguments) this process stored.
-
-    It lets a healthy span cost no query: only a trace where one call's arguments have
-    come min_repeats times is worth re-reading for a loop. Being per process, a loop whose
-    calls reach different worker processes can go unseen until one process has counted
-    min_repeats of them (or the trace fails min_repeats times).
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.counts: OrderedDict[tuple[str, str, str], int] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def add(self, key: tuple[str, str, str]) -> int:
-        """Count one more call with this key; return how many have been counted."""
-        with self.lock:
-            count = self.counts.pop(key, 0) + 1
-            self.counts[key] = count
-            if len(self.counts) > self.size:
-                self.counts.popitem(last=False)
-            return count
-
-
-_recent_calls = _RecentCalls(size=10_000)  # ~2 MB a process; loops repeat within seconds
-
-
-def spiral_candidates(rows: Sequence[dict[str, Any]], failed_calls: dict[str, int]) -> set[str]:
-    """Return the traces whose new tool spans may have started or changed a spiral.
-
-    A trace qualifies when it has failed at least min_repeats times in all (a failing
-    spiral needs that many failures, and later spans may resolve it) or when a call's
-    arguments have now come min_repeats times (a loop). Others are not read again.
-    """
-    rule = spiral_rule()
-    candidates = set()
-    for row in rows:
-        if row["kind"] != SpanKind.TOOL:
-            continue
-        trace_id = row["trace_id"]
-        if failed_calls.get(trace_id, 0) >= rule.min_repeats:
-            candidates.add(trace_id)
-        elif row["tool_name"] not in rule.allow_tools:
-            key = (trace_id, row["tool_name"], arguments_fingerprint(row["arguments"]))
-            if _recent_calls.add(key) >= rule.min_repeats:
-                candidates.add(trace_id)
-    return candidates
-
-
-# How many of a trace's newest tool calls detection reads: a long-lived trace (an agent
-# session reusing one id) must not cost a read of its whole history on every new span.
-SPIRAL_WINDOW = 100
-
-
-def detect_spirals(trace_id: str) -> None:
-    """Read a trace's newest tool calls and store their spirals, replacing older findings."""
-    calls = with_llm_turns(trace_id, newest_tool_calls(trace_id))
-    # With a full window, spirals that began before it are left as they were stored.
-    window_start = calls[0].started_at if len(calls) == SPIRAL_WINDOW else None
-    FailureSpiral.objects.replace_for_trace(
-        trace_id, find_spirals(calls, spiral_rule()), window_start
-    )
-
-
-def newest_tool_calls(trace_id: str) -> list[CallView]:
-    """Return a trace's newest SPIRAL_WINDOW tool calls, oldest first, as the rule reads them.
-
-    The agent loop's spiral breaker reads the same calls, so it and the dashboards agree.
-    """
-    newest = (
-        Invocation.objects.filter(trace_id=trace_id, kind=SpanKind.TOOL)
-        .order_by("-started_at", "-span_id")
-        .values_list(
-            "span_id", "tool_name", "status", "error_kind", "arguments", "started_at",
-            "latency_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
-            "chosen_by", "tool_call_id", "attempt",
-        )
-    )[:SPIRAL_WINDOW]  # fmt: skip
-    return [
-        CallView(
-            span_id=span_id,
-            tool_name=tool_name,
-            status=status,
-            error_kind=error_kind,
-            arguments=arguments,
-            started_at=started_at,
-            latency_ms=latency_ms,
-            tokens=input_tokens + output_tokens + result_tokens,
-            cost_usd=cost_usd,
-            chosen_by=chosen_by,
-            tool_call_id=tool_call_id,
-            attempt=attempt,
-        )
-        for (span_id, tool_name, status, error_kind, arguments, started_at, latency_ms,
-             input_tokens, output_tokens, result_tokens, cost_usd, chosen_by, tool_call_id,
-             attempt) in reversed(newest)
-    ]  # fmt: skip
-
-
-# A trace whose spiral has seen no new call for this long has stopped spiralling.
-SPIRAL_QUIET = timedelta(minutes=10)
-
-
-def rescan_spirals(since: datetime, limit: int = 2000) -> int:
-    """Re-detect spirals in traces with tool calls received since `since`; return how many.
-
-    Ingest sees a loop only when one process counted its repeats, so a loop whose calls
-    reached different processes waits for this scan (the beat runs it every minute). It
-    also settles loops that went quiet: an `ongoing` spiral with no call for SPIRAL_QUIET
-    is marked gave_up. At most `limit` traces, the most recently received first.
-    """
-    recent = (
-        Invocation.objects.filter(received_at__gte=since, kind=SpanKind.TOOL)
-        .order_by("-received_at")
-        .values_list("trace_id", flat=True)[: limit * 10]
-    )
-    trace_ids = list(
-        Trace.objects.filter(pk__in=set(recent), tool_calls__gte=spiral_rule().min_repeats)
-        .order_by("-started_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    for trace_id in trace_ids:
-        with transaction.atomic():
-            detect_spirals(trace_id)
-    FailureSpiral.objects.filter(
-        resolution=SpiralResolution.ONGOING, ended_at__lt=timezone.now() - SPIRAL_QUIET
-    ).update(resolution=SpiralResolution.GAVE_UP, updated_at=timezone.now())
-    return len(trace_ids)
-
-
 def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Return, per trace, what new spans (with their rows) add: counts, tokens, time range."""
     deltas: dict[str, dict[str, Any]] = {}
@@ -430,42 +286,3 @@ def _run_retrying(operation: Callable[[], T], attempts: int = 3) -> T:
                 raise
             logger.warning("retrying ingest transaction after %s (attempt %d)", sqlstate, attempt)
     raise AssertionError("unreachable")
-
-
-def with_llm_turns(trace_id: str, calls: list[CallView]) -> list[CallView]:
-    """Return the calls with the LLM turn that asked for each one added to its cost.
-
-    A spiral wastes the model's turns as well as the tool's time: each call a model chose
-    (not the planner or a workflow) takes its share of the trace's latest llm span started
-    before it, shared evenly by the calls of that turn; its start moves back by that share
-    of time, so a spiral starts when the model's first turn in it did.
-    """
-    chosen = [
-        index for index, call in enumerate(calls)
-        if call.started_at is not None and call.chosen_by not in ("planner", "workflow")
-    ]  # fmt: skip
-    if not chosen:
-        return calls
-    turns = list(
-        Invocation.objects.filter(
-            trace_id=trace_id, kind=SpanKind.LLM, started_at__lte=calls[chosen[-1]].started_at
-        )
-        .order_by("-started_at")
-        .values_list("started_at", "latency_ms", "input_tokens", "output_tokens")[:SPIRAL_WINDOW]
-    )[::-1]
-    starts = [turn[0] for turn in turns]
-    owners = {index: bisect_right(starts, calls[index].started_at) - 1 for index in chosen}
-    owners = {index: turn for index, turn in owners.items() if turn >= 0}
-    shares = Counter(owners.values())
-    with_turns = list(calls)
-    for index, turn in owners.items():
-        _, latency_ms, input_tokens, output_tokens = turns[turn]
-        call, share = calls[index], shares[turn]
-        moved = latency_ms / share
-        with_turns[index] = dataclasses.replace(
-            call,
-            tokens=call.tokens + (input_tokens + output_tokens) // share,
-            latency_ms=call.latency_ms + moved,
-            started_at=call.started_at - timedelta(milliseconds=moved),
-        )
-    return with_turns

@@ -8,6 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from traces_app.models import Trace, purge_old_invocations, recount_all_marked_rollups
+from traces_app.spiral_detection import rescan_spirals
 
 
 @shared_task(bind=True, max_retries=3, default_retry_delay=5)
@@ -42,7 +43,5 @@ RECENT_SPIRAL_WINDOW = timedelta(minutes=2)
 
 @shared_task
 def rescan_spirals_task() -> int:
-    """Re-detect spirals in traces that received tool calls lately (see services.rescan_spirals)."""
-    from traces_app.services import rescan_spirals  # services enqueues this module's tasks
-
+    """Re-detect spirals in traces that received tool calls lately (see rescan_spirals)."""
     return rescan_spirals(timezone.now() - RECENT_SPIRAL_WINDOW)

@@ -19,10 +19,10 @@ from planner_app.agents.loop import AgentSpec, LoopEvent, LoopResult, LoopServic
 from planner_app.models import Agent
 from tools_app.runtime import get_engine
 from traces_app.schemas import InvocationFromDict
-from traces_app.services import (
+from traces_app.services import record_invocations
+from traces_app.spiral_detection import (
     detect_spirals,
     newest_tool_calls,
-    record_invocations,
     spiral_rule,
     with_llm_turns,
 )

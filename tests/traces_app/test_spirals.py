@@ -14,7 +14,7 @@ from tools_app import runtime
 from tools_app.engine import CallContext, ToolEngine
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ErrorKind, SideEffect, ToolCall, ToolSpec
-from traces_app import services
+from traces_app import spiral_detection
 from traces_app.models import FailureSpiral, Invocation
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
@@ -321,7 +321,9 @@ def test_the_rescan_finds_a_loop_whose_calls_reached_different_processes(
     trace_id = secrets.token_hex(16)
     now = datetime.now(UTC)
     for i in range(3):  # each call counted by a "new process" that never saw the others
-        monkeypatch.setattr(services, "_recent_calls", services._RecentCalls(size=10))
+        monkeypatch.setattr(
+            spiral_detection, "_recent_calls", spiral_detection._RecentCalls(size=10)
+        )
         span = make_span(trace_id=trace_id, started_at=(now + timedelta(seconds=i)).isoformat())
         record_invocations([InvocationIn.model_validate(span)])
     assert not FailureSpiral.objects.filter(trace_id=trace_id).exists()
@@ -334,7 +336,7 @@ def test_the_rescan_finds_a_loop_whose_calls_reached_different_processes(
 
 def test_the_rescan_settles_a_loop_that_went_quiet(transactional_db) -> None:
     trace_id = secrets.token_hex(16)
-    quiet_since = datetime.now(UTC) - services.SPIRAL_QUIET - timedelta(minutes=1)
+    quiet_since = datetime.now(UTC) - spiral_detection.SPIRAL_QUIET - timedelta(minutes=1)
     for i in range(3):
         started = (quiet_since + timedelta(seconds=i)).isoformat()
         record_invocations(
@@ -390,7 +392,7 @@ def test_an_engine_retry_of_a_timed_out_read_makes_no_spiral() -> None:
     assert result.error.kind == ErrorKind.TIMEOUT and result.metadata["attempts"] == 3
     spans = Invocation.objects.filter(trace_id=context.trace_id).order_by("attempt")
     assert [(s.attempt, s.error_kind) for s in spans] == [(n, "timeout") for n in (1, 2, 3)]
-    services.detect_spirals(context.trace_id)  # as the rescan would; ingest did already
+    spiral_detection.detect_spirals(context.trace_id)  # as the rescan would; ingest did already
     assert not FailureSpiral.objects.filter(trace_id=context.trace_id).exists()
 
 

@@ -12,7 +12,8 @@ from django.utils import timezone
 from traces_app.demo import demo_trace_stream
 from traces_app.models import recount_all_marked_rollups
 from traces_app.schemas import InvocationFromDict
-from traces_app.services import record_invocations, rescan_spirals
+from traces_app.services import record_invocations
+from traces_app.spiral_detection import rescan_spirals
 
 
 class Command(BaseCommand):
