@@ -347,7 +347,9 @@ class _Turn:
     result: ToolResult | None = None
     path: int = PATH_LLM
     ran: bool = True
-    notes: list[str] = field(default_factory=list)
+    # The planner's answers to a spiral this call ended, with why: told to the model in
+    # this call's tool message, recorded after the call itself.
+    fallbacks: list[tuple[Any, str]] = field(default_factory=list)
 
 
 class _Task(TaskRecords):
@@ -686,20 +688,28 @@ class _Task(TaskRecords):
         self.emit(Fallback("unknown_tool", call.name, outcome.path, list(outcome.warnings)))
         turn.result = self._planner_result(call, outcome, f"no tool named {call.name!r}")
 
-    def _planner_result(self, call: ToolCall, outcome: Any, headline: str) -> ToolResult:
-        """Return one result that tells the model what the planner did, and emit its calls."""
+    def _planner_result(
+        self, call: ToolCall, outcome: Any, headline: str, *, emit: bool = True
+    ) -> ToolResult:
+        """Return one result that tells the model what the planner did; emit its calls if asked."""
         lines = [f"{headline}; the planner took the user's request instead (path 2):"]
         ran = []
         for result in outcome.results:
             if not result.tool:
                 lines.append(result.text or (result.error.message if result.error else ""))
                 continue
-            self._emit_planner_call(result)
             lines.append(result.text)
             ran.append(result.text)
+        if emit:
+            self._emit_planner_calls(outcome)
         if outcome.success and ran:
             self.planner_answer = "\n".join(ran)
         return ToolResult(call.id, call.name, outcome.success, text="\n".join(lines))
+
+    def _emit_planner_calls(self, outcome: Any) -> None:
+        for result in outcome.results:
+            if result.tool:
+                self._emit_planner_call(result)
 
     def _emit_planner_call(self, result: ToolResult) -> None:
         text, cut = result.text, False
@@ -764,7 +774,7 @@ class _Task(TaskRecords):
                              resolution))  # fmt: skip
             self.emit(Fallback("spiral", spiral.tool_name, outcome.path, list(outcome.warnings)))
             self.planner_answer = ""  # from now on: what this plan gave
-            last.notes.append(self._planner_result(last.call, outcome, why).text)
+            last.fallbacks.append((outcome, why))
             self.spirals_broken.append((why, outcome))
 
     def _resolution_now(self, key: tuple[str, str], before: str) -> str:
@@ -780,8 +790,12 @@ class _Task(TaskRecords):
     def _answer(self, turn: _Turn) -> None:
         """Append the tool message for one call, in call order, held to the budget."""
         result = turn.result
-        if turn.notes:
-            result = dataclasses.replace(result, text="\n".join([result.text, *turn.notes]))
+        notes = [
+            self._planner_result(turn.call, outcome, why, emit=False).text
+            for outcome, why in turn.fallbacks
+        ]
+        if notes:
+            result = dataclasses.replace(result, text="\n".join([result.text, *notes]))
         text, cut = self.budget.fit(result)
         self.history.append(
             Message("tool", text, tool_call_id=turn.call.id, name=turn.call.name,
@@ -796,6 +810,8 @@ class _Task(TaskRecords):
                                text, result.metadata.get("latency_ms", 0.0), estimate_tokens(text),
                                cut, turn.ran))  # fmt: skip
         self.records.append(_record(result, turn.call, turn.path, turn.ran))
+        for outcome, _ in turn.fallbacks:  # the planner's calls after the call they answer
+            self._emit_planner_calls(outcome)
 
     def _path_of(self, spec: ToolSpec | None) -> int:
         return PATH_MCP if spec is not None and spec.ran_on.startswith("mcp:") else PATH_LLM

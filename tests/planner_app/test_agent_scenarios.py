@@ -129,6 +129,8 @@ def test_the_spiral_breaker_ends_the_spiral_through_the_planner(
     ]
     assert [(c["error_kind"], c["ran"]) for c in body["tool_calls"][-1:]] == [("cancelled", False)]
     assert refused_spans(body["trace_id"]) == [(spans[0][0], "error", "cancelled")]
+    # In the order things happened: the third call, then the planner's answer to it.
+    assert [c["path"] for c in body["tool_calls"]] == [1, 1, 1, 2, 1]
 
 
 def test_the_models_answer_after_the_planner_is_the_answer(
