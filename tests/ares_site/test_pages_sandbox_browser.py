@@ -11,7 +11,7 @@ import pytest
 from planner_app.models import Agent
 from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app import conftest as planner_fixtures
-from tests.planner_app.fake_llm import FakeLlm, calls, say
+from tests.planner_app.fake_llm import FakeLlm, call, calls, say
 from traces_app.models import Invocation
 
 pytestmark = pytest.mark.browser
@@ -99,4 +99,36 @@ def test_the_scripted_llm_path_shows_turns_calls_and_hostile_text_as_text(
     assert "finished: stop" in page.locator("#answer-facts").inner_text()
     assert len(fake_llm.requests) == 2 and fake_llm.requests[0]["stream"] is True
     screenshot(page, "sandbox-llm")
+    assert_stayed_local(page, live_server)
+
+
+def test_a_stubborn_model_spiral_ends_with_the_planners_answer(
+    staff_page: Any,
+    live_server: Any,
+    settings: Any,
+    fake_llm: FakeLlm,
+    default_rules: None,
+    screenshot: Callable[[Any, str], Path],
+) -> None:
+    settings.ARES_LLM_BASE_URL = fake_llm.base_url
+    settings.ARES_LLM_MODEL = "fake-model"
+    Agent.objects.create(name="stubborn", tools=["calculator"])
+    fake_llm.always(call("calculator", {"expression": 123}))  # the same bad call, forever
+    page = staff_page
+    page.goto(f"{live_server.url}/sandbox/")
+    page.select_option("#id_agent", "stubborn")
+    page.select_option("#id_mode", "llm")
+    page.fill("#id_message", "what is 6*7?")
+    page.click("#send-button")
+    page.wait_for_selector(ANSWER, timeout=30_000)
+    transcript = page.locator("#transcript").inner_text()
+    assert page.locator("li.step-model_turn").count() == 4  # 3 turns, 1 last call without tools
+    assert "resolution planner_fallback" in transcript
+    planned = page.locator("li.tool-call", has_text="2 planner")
+    assert planned.count() == 1 and '"expression": "6*7"' in planned.inner_text()
+    assert "not run: refused by the loop" in transcript  # the 4th turn's call, refused
+    assert '"result": 42' in page.locator("#answer").inner_text()
+    assert "finished: spiral_breaker" in page.locator("#answer-facts").inner_text()
+    assert len(fake_llm.requests) == 4 and "tools" not in fake_llm.requests[3]
+    screenshot(page, "sandbox-spiral")
     assert_stayed_local(page, live_server)
