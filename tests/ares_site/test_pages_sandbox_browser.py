@@ -132,3 +132,27 @@ def test_a_stubborn_model_spiral_ends_with_the_planners_answer(
     assert len(fake_llm.requests) == 4 and "tools" not in fake_llm.requests[3]
     screenshot(page, "sandbox-spiral")
     assert_stayed_local(page, live_server)
+
+
+def test_active_discovery_with_a_direct_call_shows_the_planners_answer(
+    staff_page: Any,
+    live_server: Any,
+    settings: Any,
+    fake_llm: FakeLlm,
+    default_rules: None,
+) -> None:
+    settings.ARES_LLM_BASE_URL = fake_llm.base_url
+    settings.ARES_LLM_MODEL = "fake-model"
+    Agent.objects.create(name="finder", tools=["calculator"], discovery="active")
+    fake_llm.always(call("calculator", {"expression": "6*7"}))  # never asks for tools
+    page = staff_page
+    page.goto(f"{live_server.url}/sandbox/")
+    page.select_option("#id_agent", "finder")
+    page.select_option("#id_mode", "llm")
+    page.fill("#id_message", "what is 6*7?")
+    page.click("#send-button")
+    page.wait_for_selector(ANSWER, timeout=30_000)
+    assert '"result": 42' in page.locator("#answer").inner_text()  # not an empty answer
+    assert "finished: planner_answer" in page.locator("#answer-facts").inner_text()
+    assert page.locator("li.tool-call", has_text="2 planner").count() == 1
+    assert_stayed_local(page, live_server)
