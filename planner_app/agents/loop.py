@@ -347,6 +347,7 @@ class _Turn:
     result: ToolResult | None = None
     path: int = PATH_LLM
     ran: bool = True
+    refused_by: str = ""  # who refused it when it did not run: spiral_breaker or agent_loop
     # The planner's answers to a spiral this call ended, with why: told to the model in
     # this call's tool message, recorded after the call itself.
     fallbacks: list[tuple[Any, str]] = field(default_factory=list)
@@ -418,7 +419,9 @@ class _Task(TaskRecords):
                 return self._finish("", "error", iteration)
             calls = reply.tool_calls if self.tools else []  # none offered: text is the answer
             if self.active and reply.tool_calls and not calls:
-                self._refuse_calls(reply.tool_calls, "not offered: ask for it in a <tool_request>")
+                self._refuse_calls(
+                    reply.tool_calls, "not offered: ask for it in a <tool_request>", "discovery"
+                )
             self.history.append(Message("assistant", reply.content, tuple(calls)))
             discovery = self._discover(reply.content) if self.active and not calls else ""
             if calls:
@@ -445,7 +448,9 @@ class _Task(TaskRecords):
         reply = self._ask(iteration + 1, [], "none")
         if reply is None:
             return self._finish("", "error", iteration + 1)
-        self._refuse_calls(reply.tool_calls, f"no more tool calls in this task ({reason})")
+        self._refuse_calls(
+            reply.tool_calls, f"no more tool calls in this task ({reason})", "agent_loop"
+        )
         self.history.append(Message("assistant", reply.content))
         return self._finish(reply.content or self._what_we_have(), reason, iteration + 1)
 
@@ -474,7 +479,9 @@ class _Task(TaskRecords):
             if helped:
                 return self._finish(self._planner_answer_text(), "spiral_breaker", iteration + 1)
             return self._finish("", "error", iteration + 1)
-        self._refuse_calls(reply.tool_calls, f"no more tool calls in this task ({why})")
+        self._refuse_calls(
+            reply.tool_calls, f"no more tool calls in this task ({why})", "spiral_breaker"
+        )
         self.history.append(Message("assistant", reply.content))
         content = reply.content if reply.content.strip() else ""
         if not content:
@@ -643,9 +650,10 @@ class _Task(TaskRecords):
         turn = _Turn(call, spec)
         why = self.blocked_tools.get(spec.name) or self.blocked_calls.get(key)
         if why:
-            turn.result = self._refused(call, spec, why)
+            turn.result, turn.refused_by = self._refused(call, spec, why), "spiral_breaker"
         elif not spec.retryable and key in self.side_effects:
             earlier = self.side_effects[key]
+            turn.refused_by = "agent_loop"
             turn.result = self._refused(
                 call, spec,
                 f"not run again: {spec.name} changes things and already ran with these "
@@ -804,7 +812,7 @@ class _Task(TaskRecords):
         if turn.path == PATH_PLANNER:
             return  # its planner calls were emitted and recorded as they came
         if not turn.ran:
-            self._record_refused(turn.call, result.tool, result.error.message)
+            self._record_refused(turn.call, result.tool, result.error.message, turn.refused_by)
         error_kind = str(result.error.kind) if result.error else ""
         self.emit(ToolFinished(turn.call.id, result.tool, turn.path, result.success, error_kind,
                                text, result.metadata.get("latency_ms", 0.0), estimate_tokens(text),
@@ -874,7 +882,7 @@ class _Task(TaskRecords):
         self.store([span])
         return span["latency_ms"]
 
-    def _refuse_calls(self, calls: Sequence[ToolCall], why: str) -> None:
+    def _refuse_calls(self, calls: Sequence[ToolCall], why: str, refused_by: str) -> None:
         """Refuse calls the model made where none could run; list and record each."""
         for call in calls:
             spec = (
@@ -886,9 +894,9 @@ class _Task(TaskRecords):
             self.emit(ToolFinished(call.id, name, PATH_LLM, False, str(error.kind), result.text,
                                    0.0, estimate_tokens(result.text), False, False))  # fmt: skip
             self.records.append(_record(result, call, PATH_LLM, False))
-            self._record_refused(call, name, error.message)
+            self._record_refused(call, name, error.message, refused_by)
 
-    def _record_refused(self, call: ToolCall, tool: str, why: str) -> None:
+    def _record_refused(self, call: ToolCall, tool: str, why: str, refused_by: str) -> None:
         """Record a call the loop refused as a span that never ran, with the reason.
 
         Kind "other", not "tool": a call never sent is no attempt of the tool, so it counts
@@ -904,7 +912,7 @@ class _Task(TaskRecords):
             status="error",
             error_kind=str(ErrorKind.CANCELLED),
             error_message=why,
-            result={"refused_by": "spiral_breaker" if "spiral breaker" in why else "agent_loop"},
+            result={"refused_by": refused_by},
         )
         self.store([span])
 

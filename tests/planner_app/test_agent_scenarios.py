@@ -71,6 +71,11 @@ def refused_spans(trace_id: str) -> list[tuple[str, str, str]]:
     return [(s.tool_name, s.status, s.error_kind) for s in spans]
 
 
+def refusers(trace_id: str) -> list[str]:
+    spans = Invocation.objects.filter(trace_id=trace_id, kind="other", ran_on="none")
+    return [span.result["refused_by"] for span in spans.order_by("started_at")]
+
+
 def spiral_of(trace_id: str) -> tuple[str, str, int, str, str] | None:
     spiral = FailureSpiral.objects.filter(trace_id=trace_id).first()
     if spiral is None:
@@ -131,6 +136,7 @@ def test_the_spiral_breaker_ends_the_spiral_through_the_planner(
     assert refused_spans(body["trace_id"]) == [(spans[0][0], "error", "cancelled")]
     # In the order things happened: the third call, then the planner's answer to it.
     assert [c["path"] for c in body["tool_calls"]] == [1, 1, 1, 2, 1]
+    assert refusers(body["trace_id"]) == ["spiral_breaker"]
 
 
 def test_the_models_answer_after_the_planner_is_the_answer(
@@ -277,6 +283,7 @@ def test_active_discovery_with_a_direct_call_returns_the_planners_answer(
         ("calculator", "cancelled", False),
     ]  # fmt: skip
     assert refused_spans(body["trace_id"]) == [("calculator", "error", "cancelled")] * 2
+    assert refusers(body["trace_id"]) == ["discovery", "discovery"]  # not offered, twice
     assert spiral_of(body["trace_id"]) is None
 
 
