@@ -1196,8 +1196,9 @@ class OtlpProducerManager(models.Manager):
 class OtlpProducer(models.Model):
     """A service (OTLP service.name) that sends spans, and its tool spans missing attributes.
 
-    Tool spans without a tool name, a status or arguments are stored all the same (named
-    after their span, status ok); this tells their producer's developers what to fix.
+    Tool spans without a tool name or arguments are stored all the same (named after their
+    span, no arguments); this tells their producer's developers what to fix. An unset status
+    is ok, as the OpenTelemetry spec says, so `missing_status` only keeps older counts.
     """
 
     RECENT_KEPT = 50

@@ -51,8 +51,10 @@ CONTENT_TYPES = (PROTOBUF, JSON)
 GENAI, OPENINFERENCE, OPENLLMETRY, GENERIC = "genai", "openinference", "openllmetry", "otel"
 UNKNOWN_SERVICE = "unknown_service"  # what OpenTelemetry SDKs report without service.name
 
-# Attributes a tool span should carry; their absence is reported per producer.
-MISSING_TOOL_NAME, MISSING_STATUS, MISSING_ARGUMENTS = "tool_name", "status", "arguments"
+# Attributes a tool span should carry; their absence is reported per producer. Not the
+# status: the OpenTelemetry spec has instrumentations leave a successful span's status
+# unset, so UNSET is ok, not missing.
+MISSING_TOOL_NAME, MISSING_ARGUMENTS = "tool_name", "arguments"
 
 _GENAI_LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "embeddings"}
 _GENAI_AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
@@ -782,8 +784,6 @@ def _invocation_fields(
         # Not a tool: the span's name labels it in the trace's waterfall.
         tool_name = _name(said.fallback_name)
     failed = span.status.code == Status.STATUS_CODE_ERROR or bool(said.error_type)
-    if span.status.code == Status.STATUS_CODE_UNSET and not failed:
-        missing.append(MISSING_STATUS)
     if said.arguments is _ABSENT:
         missing.append(MISSING_ARGUMENTS)
     fields = {

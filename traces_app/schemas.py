@@ -316,7 +316,9 @@ class OtlpProducerOut(Schema):
     dialect: str
     tool_spans: int = Field(description="Tool spans received from it")
     missing_tool_name: int
-    missing_status: int
+    missing_status: int = Field(
+        description="No longer grows: an unset status is ok, as the OpenTelemetry spec says"
+    )
     missing_arguments: int
     first_seen_at: datetime
     last_seen_at: datetime

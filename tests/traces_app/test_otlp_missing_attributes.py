@@ -1,4 +1,4 @@
-"""Tool spans arriving without a tool name, status or arguments: stored, reported per producer."""
+"""Tool spans arriving without a tool name or arguments: stored, reported per producer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from traces_app.models import Invocation, OtlpProducer, Trace
 
 
 def tool_spans(tracer: Any, sent: dict[str, Any]) -> None:
-    """One complete GenAI tool span, and one that lacks its name, status and arguments."""
+    """One complete GenAI tool span, and one that lacks its name and arguments (status unset)."""
     complete = tracer.start_span(
         "execute_tool refund",
         attributes={
@@ -60,8 +60,33 @@ def test_it_counts_the_producers_tool_spans_and_missing_attributes(sent):
     assert producer.dialect == "genai"
     assert producer.tool_spans == 2
     assert (producer.missing_tool_name, producer.missing_status, producer.missing_arguments) == (
-        1, 1, 1,
+        1, 0, 1,
     )  # fmt: skip
+
+
+def test_it_stores_a_tool_span_with_status_unset_as_ok_and_not_incomplete(sdk_export):
+    spans: dict[str, Any] = {}
+
+    def unset_tool_span(tracer: Any) -> None:
+        # As the OpenTelemetry spec has instrumentations do: a success leaves the status unset.
+        span = tracer.start_span(
+            "execute_tool get_weather",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "get_weather",
+                "gen_ai.tool.call.arguments": '{"city": "Paris"}',
+            },
+        )
+        span.end()
+        spans["unset"] = span
+
+    sdk_export(unset_tool_span, resource={"service.name": "weather-agent"})
+
+    trace_id, span_id = span_ids(spans["unset"])
+    stored = Invocation.objects.get(trace_id=trace_id, span_id=span_id)
+    assert (stored.tool_name, stored.status, stored.error_kind) == ("get_weather", "ok", "")
+    producer = OtlpProducer.objects.get(name="weather-agent")
+    assert (producer.tool_spans, producer.missing_status, producer.recent_incomplete) == (1, 0, [])
 
 
 def test_it_lists_producers_with_their_incomplete_tool_spans(sent, api):
@@ -77,7 +102,7 @@ def test_it_lists_producers_with_their_incomplete_tool_spans(sent, api):
             "trace_id": trace_id,
             "span_id": span_id,
             "tool_name": "lookup_order",
-            "missing": ["tool_name", "status", "arguments"],
+            "missing": ["tool_name", "arguments"],
             "started_at": producer["recent_incomplete"][0]["started_at"],
         }
     ]
