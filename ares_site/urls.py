@@ -16,6 +16,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("v1/traces", otlp_views.export_traces, name="otlp-traces"),  # the OTLP/HTTP standard path
+    path("v1/metrics", otlp_views.export_metrics, name="otlp-metrics"),  # accepted and dropped
+    path("v1/logs", otlp_views.export_logs, name="otlp-logs"),  # accepted and dropped
     path("planner/", include("planner_app.urls")),
     path("sandbox/", planner_views.sandbox_page, name="sandbox"),
     path("sandbox/run", planner_views.sandbox_run, name="sandbox-run"),

@@ -1,15 +1,27 @@
-"""POST /v1/traces: OpenTelemetry spans over OTLP/HTTP, protobuf or JSON, stored as invocations."""
+"""POST /v1/traces: OpenTelemetry spans over OTLP/HTTP, protobuf or JSON, stored as invocations.
+
+POST /v1/metrics and /v1/logs are accepted and dropped: SDKs set up by instrumentation
+libraries (traceloop's among them) export metrics and logs beside spans, and a 404 there
+makes them log an error on every export.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from functools import partial
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
 from ninja.errors import AuthenticationError, HttpError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from traces_app.api_errors import RETRY_AFTER_SECONDS, database_is_busy
@@ -42,9 +54,30 @@ def export_traces(request: HttpRequest) -> HttpResponse:
     others counted in partial_success with the reasons. Errors are google.rpc.Status
     bodies in the request's encoding.
     """
+    return _answer(request, _export_traces)
+
+
+@csrf_exempt
+@require_POST
+def export_metrics(request: HttpRequest) -> HttpResponse:
+    """Accept an ExportMetricsServiceRequest and drop it: ARES stores no metrics."""
+    return _answer(request, partial(_drop, response=ExportMetricsServiceResponse()))
+
+
+@csrf_exempt
+@require_POST
+def export_logs(request: HttpRequest) -> HttpResponse:
+    """Accept an ExportLogsServiceRequest and drop it: ARES stores no logs."""
+    return _answer(request, partial(_drop, response=ExportLogsServiceResponse()))
+
+
+def _answer(
+    request: HttpRequest, export: Callable[[HttpRequest, str], HttpResponse]
+) -> HttpResponse:
+    """Return what `export` answers, or its error as a google.rpc.Status the OTLP way."""
     encoding = request.content_type if request.content_type in CONTENT_TYPES else JSON
     try:
-        return _export(request, encoding)
+        return export(request, encoding)
     except OtlpDecodeError as exc:
         return status_response(400, str(exc), encoding)
     except HttpError as exc:
@@ -61,7 +94,27 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return status_response(500, "internal error; it has been logged", encoding)
 
 
-def _export(request: HttpRequest, encoding: str) -> HttpResponse:
+def _export_traces(request: HttpRequest, encoding: str) -> HttpResponse:
+    readings = read_request(decode_request(_checked_body(request), request.content_type))
+    rejected = store_readings(readings)
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = len(rejected)
+        response.partial_success.error_message = rejection_summary(rejected, len(readings))
+    return HttpResponse(encode_message(response, encoding), content_type=encoding)
+
+
+def _drop(request: HttpRequest, encoding: str, response: Message) -> HttpResponse:
+    """Check the key, type and size of an export as for traces, then answer it empty.
+
+    The body is not decoded: nothing in it is kept, so a full success is the truthful answer.
+    """
+    _checked_body(request)
+    return HttpResponse(encode_message(response, encoding), content_type=encoding)
+
+
+def _checked_body(request: HttpRequest) -> bytes:
+    """Return the body of an export sent with a report key, in an OTLP content type."""
     if _report_key(request) is None:
         raise AuthenticationError(
             message="authentication required: send 'Authorization: Bearer ares_...' "
@@ -70,13 +123,7 @@ def _export(request: HttpRequest, encoding: str) -> HttpResponse:
     if request.content_type not in CONTENT_TYPES:
         got = request.content_type or "none"
         raise HttpError(415, f"Content-Type must be {' or '.join(CONTENT_TYPES)}, got {got}")
-    readings = read_request(decode_request(read_body(request), request.content_type))
-    rejected = store_readings(readings)
-    response = ExportTraceServiceResponse()
-    if rejected:
-        response.partial_success.rejected_spans = len(rejected)
-        response.partial_success.error_message = rejection_summary(rejected, len(readings))
-    return HttpResponse(encode_message(response, encoding), content_type=encoding)
+    return read_body(request)
 
 
 def status_response(status: int, message: str, encoding: str) -> HttpResponse:
