@@ -89,3 +89,15 @@ def screenshot() -> Callable[[Any, str], Path]:
         return path
 
     return save
+
+
+@pytest.fixture
+def rollups_and_rules_afresh(settings: Any) -> Iterator[None]:
+    """Refresh rollups on every batch, and forget rules cached from another test's database."""
+    from planner_app import rulesets
+
+    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
+    settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
+    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    yield
+    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)

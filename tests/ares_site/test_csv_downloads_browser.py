@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import csv
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from planner_app import rulesets
 from tests.conftest import make_span
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("rollups_and_rules_afresh")]
 
 # Tool names (and a model name) a spreadsheet would run, and what the CSV must hold.
 FORMULAS = {
@@ -28,16 +26,6 @@ FORMULAS = {
     "-x": "'-x",
 }
 MODEL = '=HYPERLINK("http://127.0.0.1/x","click")'
-
-
-@pytest.fixture(autouse=True)
-def rollups_and_rules_afresh(settings: Any) -> Iterator[None]:
-    """Refresh rollups on every batch, and forget rules cached from another test's database."""
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
-    settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
-    yield
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
 
 
 def download_csv(page: Any, chart_id: str, tmp_path: Path) -> list[dict[str, str]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,19 +16,9 @@ from tests.conftest import make_span
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("rollups_and_rules_afresh")]
 
 HOSTILE = "<img src=x onerror='window.__pwned=1'>"
-
-
-@pytest.fixture(autouse=True)
-def rollups_and_rules_afresh(settings: Any) -> Iterator[None]:
-    """Refresh rollups on every batch, and forget rules cached from another test's database."""
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
-    settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
-    yield
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
 
 
 def record(tool: str, count: int, hours_ago: int = 1, **fields: Any) -> None:
