@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from traces_app.models import check_rollups
+from traces_app.paging import filter_moment
 
 
 class Command(BaseCommand):
@@ -48,8 +49,12 @@ class Command(BaseCommand):
 
 
 def _moment(raw: str, option: str) -> datetime:
+    """Return an option's moment in UTC, as the read API and the pages read theirs."""
     try:
         moment = datetime.fromisoformat(raw)
     except ValueError:
         raise CommandError(f"{option}: {raw!r} is not an ISO 8601 date or time") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:
+        return filter_moment(moment)
+    except ValueError as exc:
+        raise CommandError(f"{option}: {exc}") from None
