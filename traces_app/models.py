@@ -203,6 +203,18 @@ class Invocation(models.Model):
     kind = models.CharField(max_length=16, choices=SpanKind.choices, default=SpanKind.TOOL)
     tool_name = models.CharField(max_length=200, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True)
+    # What the producer says of the tool (OTLP gen_ai.tool.type / .description, or REST):
+    # database defaults, so the bulk insert need not name them.
+    tool_type = models.CharField(
+        max_length=40,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="function, extension or datastore (OpenTelemetry GenAI gen_ai.tool.type)",
+    )
+    tool_description = models.TextField(
+        blank=True, default="", db_default="", help_text="The tool's description, as sent"
+    )
     chosen_by = models.CharField(max_length=16, choices=ChosenBy.choices, blank=True)
     ran_on = models.CharField(
         max_length=120, blank=True, help_text="builtin, remote or mcp:<server>"
