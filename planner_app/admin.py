@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.utils.html import format_html_join
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from planner_app import rulesets
 from planner_app.models import (
@@ -76,9 +81,115 @@ class CapabilityForm(forms.ModelForm):
         return data
 
 
+class LabelledRowsForm(forms.ModelForm):
+    """A form of a table row (inline or list_editable) whose inputs say what they are.
+
+    Those tables show a column heading, not a <label>, so screen readers would hear only
+    "text field"; each input gets an aria-label naming its column and its row.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        row = str(self.instance) if self.instance.pk else "new row"
+        for name, field in self.fields.items():
+            label = field.label or name.replace("_", " ")
+            field.widget.attrs.setdefault("aria-label", f"{label} of {row}")
+
+
+class MappingForm(LabelledRowsForm):
+    class Meta:
+        model = CapabilityMapping
+        fields = ["tool", "weight"]
+
+
 class MappingInline(admin.TabularInline):
     model = CapabilityMapping
+    form = MappingForm
     extra = 1
+
+
+class LinesField(forms.CharField):
+    """A list of strings edited as text: one item per line (or, with `commas`, per comma).
+
+    A JSON list (what the field used to take) is still read as one, so pasted exports work.
+    """
+
+    widget = forms.Textarea(attrs={"rows": 6, "cols": 60})
+
+    def __init__(self, *args: Any, commas: bool = False, **kwargs: Any) -> None:
+        self.commas = commas
+        kwargs.setdefault("required", False)
+        super().__init__(*args, strip=False, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return "\n".join(value)
+        return value
+
+    def to_python(self, value: Any) -> list[str]:
+        text = super().to_python(value) or ""
+        as_json = _json_list(text)
+        if as_json is not None:
+            items = as_json
+        else:
+            separators = r"[\n,，、]" if self.commas else r"\n"
+            items = re.split(separators, text)
+        return list(dict.fromkeys(item.strip() for item in items if item.strip()))
+
+
+def _json_list(text: str) -> list[str] | None:
+    """Return the text as a JSON list of strings, or None when it is not one."""
+    if not text.lstrip().startswith("["):
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return value
+    return None
+
+
+class IntentRuleForm(forms.ModelForm):
+    keywords = LinesField(
+        commas=True,
+        help_text="One per line, or separated by commas: <code>sum, add, plus</code>. English "
+        "words match whole words and plurals; others (中文) match as substrings.",
+    )
+    patterns = LinesField(
+        help_text="Regular expressions, one per line (commas belong to the expression), "
+        "matched case-insensitively.",
+    )
+
+    class Meta:
+        model = IntentRule
+        fields = ["name", "keywords", "patterns", "language", "capabilities", "goal",
+                  "priority", "enabled"]  # fmt: skip
+
+    def clean_patterns(self) -> list[str]:
+        patterns = self.cleaned_data["patterns"]
+        problems = []
+        for number, pattern in enumerate(patterns, start=1):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"line {number}: invalid regular expression {pattern!r}: {exc}")
+        if problems:
+            raise forms.ValidationError(problems)
+        return patterns
+
+
+class IntentRuleRowForm(LabelledRowsForm):
+    class Meta:
+        model = IntentRule
+        fields = ["priority", "enabled"]
+
+
+def try_link(rule: IntentRule) -> str:
+    """Return the Try page's address for a request that the rule matches, coming from the rule."""
+    words = rule.keywords or []
+    query = {"request": f"{words[0]} " if words else "", "rule": rule.name}
+    return f"{reverse('planner-try')}?{urlencode(query)}"
 
 
 @admin.register(Capability)
@@ -92,11 +203,30 @@ class CapabilityAdmin(VersionedAdmin):
 
 @admin.register(IntentRule)
 class IntentRuleAdmin(VersionedAdmin):
-    list_display = ["name", "priority", "enabled", "language", "keywords", "goal"]
+    form = IntentRuleForm
+    list_display = ["name", "priority", "enabled", "language", "keyword_list", "goal", "try_it"]
     list_editable = ["priority", "enabled"]
     list_filter = ["enabled", "language", "capabilities"]
     search_fields = ["name", "goal", "keywords"]
     filter_horizontal = ["capabilities"]
+    readonly_fields = ["try_it"]
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
+        return IntentRuleRowForm
+
+    @admin.display(description="Keywords")
+    def keyword_list(self, rule: IntentRule) -> str:
+        return ", ".join(rule.keywords)
+
+    @admin.display(description="Try it")
+    def try_it(self, rule: IntentRule) -> str:
+        if not rule.pk:
+            return "Save the rule first."
+        return format_html(
+            '<a class="try-rule" href="{}">Try this rule in the planner</a> '
+            "(saved changes apply at once)",
+            try_link(rule),
+        )
 
 
 @admin.register(CapabilityMapping)
@@ -156,12 +286,30 @@ class RuleSetVersionAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "planner_app/compare_versions.html", context)
 
     @admin.action(description="Roll back to the selected version")
-    def roll_back(self, request: HttpRequest, queryset: QuerySet[RuleSetVersion]) -> None:
+    def roll_back(self, request: HttpRequest, queryset: QuerySet[RuleSetVersion]) -> Any:
         if queryset.count() != 1:
             self.message_user(request, "Select exactly one version.", messages.ERROR)
-            return
-        version = rulesets.rollback(queryset.get().number, request.user)
+            return None
+        target = queryset.get()
+        if request.POST.get("confirmed") != "yes":
+            return self._confirm_rollback(request, target)
+        version = rulesets.rollback(target.number, request.user)
         self.message_user(request, f"Rolled back: now v{version.number} ({version.change}).")
+        return None
+
+    def _confirm_rollback(self, request: HttpRequest, target: RuleSetVersion) -> HttpResponse:
+        """Show what rolling back would change, with a button that does it."""
+        current = RuleSetVersion.objects.order_by("-number").first()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Roll back to v{target.number}?",
+            "target": target,
+            "current": current,
+            "lines": rulesets.diff(current.snapshot, target.snapshot),
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "planner_app/confirm_rollback.html", context)
 
 
 class RunInline(admin.TabularInline):

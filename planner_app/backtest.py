@@ -28,18 +28,24 @@ DEFAULT_REQUESTS = 200
 MAX_REQUESTS = 2000
 
 
+ASPECTS = ("capability", "goal", "tool", "arguments")
+
+
 @dataclass(frozen=True)
 class Choice:
-    """What the planner chose for one request: the tools and arguments of each step."""
+    """What the planner made of one request: capabilities, goal, each step's tool and arguments."""
 
     steps: tuple[tuple[str, str], ...]  # (tool, arguments as canonical JSON)
     needs_llm: bool
     reason: str
+    capabilities: tuple[str, ...] = ()
+    goal: str = ""
 
     @classmethod
     def of(cls, plan: Plan) -> Choice:
         steps = tuple((s.tool, json.dumps(s.arguments, sort_keys=True)) for s in plan.steps)
-        return cls(steps, plan.needs_llm, plan.reason)
+        capabilities = tuple(plan.explanation.get("capabilities", ()))
+        return cls(steps, plan.needs_llm, plan.reason, capabilities, plan.intent.goal)
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -51,6 +57,11 @@ class Choice:
             return f"needs the LLM: {self.reason}"
         return " then ".join(f"{tool} {arguments}" for tool, arguments in self.steps)
 
+    def intent(self) -> str:
+        """Return the capabilities and goal as one line."""
+        capabilities = ", ".join(self.capabilities) or "no capability"
+        return f"{capabilities}; goal: {self.goal or '—'}"
+
 
 @dataclass(frozen=True)
 class Change:
@@ -59,12 +70,24 @@ class Change:
     after: Choice
 
     @property
+    def aspects(self) -> list[str]:
+        """Return which of capability, goal, tool and arguments changed."""
+        before, after = self.before, self.after
+        changed = {
+            "capability": before.capabilities != after.capabilities,
+            "goal": before.goal != after.goal,
+            "tool": before.tools != after.tools,
+            "arguments": before.tools == after.tools and before.steps != after.steps,
+        }
+        return [aspect for aspect in ASPECTS if changed[aspect]]
+
+    @property
     def kind(self) -> str:
         if self.before.needs_llm and not self.after.needs_llm:
             return "newly planned"
         if self.after.needs_llm and not self.before.needs_llm:
             return "newly needs the LLM"
-        return "tool" if self.before.tools != self.after.tools else "arguments"
+        return ", ".join(self.aspects)
 
 
 @dataclass
@@ -86,6 +109,14 @@ class BacktestReport:
     def newly_needs_llm(self) -> int:
         return sum(1 for change in self.changes if change.kind == "newly needs the LLM")
 
+    @property
+    def by_aspect(self) -> dict[str, int]:
+        """Return how many requests changed in each aspect (one request may count in several)."""
+        return {
+            aspect: sum(1 for change in self.changes if aspect in change.aspects)
+            for aspect in ASPECTS
+        }
+
 
 def backtest(
     requests: Sequence[str],
@@ -94,15 +125,26 @@ def backtest(
     registry: ToolRegistry,
     evidence_of: EvidenceSource = no_evidence,
 ) -> BacktestReport:
-    """Plan each request under both rule sets; report those whose tool or arguments change."""
+    """Plan each request under both rule sets; report those whose capabilities, goal, tool or
+    arguments change."""
     planner = Planner()
     report = BacktestReport(before.version, after.version, total=len(requests))
     for request in requests:
         old = Choice.of(planner.plan(request, registry, before, evidence_of))
         new = Choice.of(planner.plan(request, registry, after, evidence_of))
-        if old.steps != new.steps or old.needs_llm != new.needs_llm:
+        if old != new and (old.needs_llm != new.needs_llm or Change(request, old, new).aspects):
             report.changes.append(Change(request, old, new))
     return report
+
+
+def previous_version(current: int) -> int | None:
+    """Return the newest recorded version before `current`: what a backtest compares with."""
+    return (
+        RuleSetVersion.objects.filter(number__lt=current)
+        .order_by("-number")
+        .values_list("number", flat=True)
+        .first()
+    )
 
 
 # --- Loading from the database -------------------------------------------------------------

@@ -9,6 +9,7 @@ ARES_PLANNER_RELOAD_CHECK_S through a cheap periodic query.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -216,7 +217,11 @@ def _restore(snapshot: dict[str, Any], number: int, user: Any) -> models.RuleSet
 
 
 def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Return what changed between two snapshots, one line per added, removed or changed row."""
+    """Return what changed between two snapshots, one line per added, removed or changed row.
+
+    A changed row names each changed field with its old and new value ("priority 80 → 1");
+    a list field names the items added and removed ("keywords +sum −add").
+    """
     lines = []
     sections = (("capabilities", "capability", "name"), ("rules", "rule", "name"),
                 ("mappings", "mapping", None), ("profiles", "profile", "tool"))  # fmt: skip
@@ -233,9 +238,30 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             elif name not in after:
                 lines.append(f"- {label} {name}")
             elif before[name] != after[name]:
-                fields = [f for f in after[name] if before[name].get(f) != after[name][f]]
-                lines.append(f"~ {label} {name}: {', '.join(fields)}")
-    changed = [k for k in new["weights"] if old["weights"].get(k) != new["weights"][k]]
+                changes = _field_changes(before[name], after[name])
+                lines.append(f"~ {label} {name}: {'; '.join(changes)}")
+    changed = _field_changes(old["weights"], new["weights"])
     if changed:
-        lines.append(f"~ weights: {', '.join(changed)}")
+        lines.append(f"~ weights: {'; '.join(changed)}")
     return lines
+
+
+def _field_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Return each changed field as 'field old → new', or 'field +added −removed' for lists."""
+    changes = []
+    for name, value in after.items():
+        old = before.get(name)
+        if old == value:
+            continue
+        if isinstance(old, list) and isinstance(value, list):
+            added = [f"+{item}" for item in value if item not in old]
+            removed = [f"−{item}" for item in old if item not in value]
+            changes.append(" ".join([name, *added, *removed]) if added or removed else
+                           f"{name} reordered")  # fmt: skip
+        else:
+            changes.append(f"{name} {_shown(old)} → {_shown(value)}")
+    return changes
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)

@@ -10,13 +10,14 @@ from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from planner_app import backtest, bridge, sandbox
 from planner_app.agents.run import HOW_TO_CONFIGURE
 from planner_app.agents.sandbox import LLM_MODES, MODES, llm_problem_of
 from planner_app.forms import SandboxForm
-from planner_app.models import Agent, RuleSetVersion, Workflow
+from planner_app.models import Agent, IntentRule, RuleSetVersion, Workflow
 from planner_app.pipeline.planner import Plan
 from planner_app.pipeline.ruleset import RuleSet
 from planner_app.services import plan_request, recent_evidence
@@ -71,7 +72,10 @@ def as_json(value: Any) -> str:
 def try_planner(request: HttpRequest) -> HttpResponse:
     """Plan a request and show the whole explanation; on POST, run it through the Bridge."""
     data = request.POST if request.method == "POST" else request.GET
-    context: dict[str, Any] = {"request_text": data.get("request", "")}
+    context: dict[str, Any] = {
+        "request_text": data.get("request", ""),
+        "from_rule": IntentRule.objects.filter(name=data.get("rule", "")).first(),
+    }
     if "request" not in data:
         return render(request, "planner_app/try.html", context)
     text, error = read_request_text(data["request"])
@@ -91,7 +95,21 @@ def try_planner(request: HttpRequest) -> HttpResponse:
     else:
         plan = plan_request(text)
     context.update(explained(plan))
+    context["rules_matched"] = with_admin_links(context["rules_matched"])
     return render(request, "planner_app/try.html", context)
+
+
+def with_admin_links(matches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the matched rules, each with the address of its page in the admin."""
+    names = [match["rule"] for match in matches]
+    ids = dict(IntentRule.objects.filter(name__in=names).values_list("name", "pk"))
+    change = "admin:planner_app_intentrule_change"
+    return [
+        {**match, "admin_url": reverse(change, args=[ids[match["rule"]]])}
+        if match["rule"] in ids
+        else match
+        for match in matches
+    ]
 
 
 def read_limit(value: str | None) -> tuple[int, str]:
@@ -110,7 +128,8 @@ def read_limit(value: str | None) -> tuple[int, str]:
 @staff_member_required
 @require_http_methods(["GET", "POST"])
 def backtest_rules(request: HttpRequest) -> HttpResponse:
-    """Compare the current rules with an older version or a draft over recent requests.
+    """Compare the current rules with an older version (the previous one by default) or a
+    draft over recent requests.
 
     The form posts because a pasted draft can be far longer than a URL should be.
     """
@@ -120,7 +139,7 @@ def backtest_rules(request: HttpRequest) -> HttpResponse:
         "versions": RuleSetVersion.objects.only("number", "change", "created_at"),
         "current_version": current.version,
         "limit": data.get("limit", backtest.DEFAULT_REQUESTS),
-        "selected": data.get("version", ""),
+        "selected": data.get("version") or str(backtest.previous_version(current.version) or ""),
         "draft": data.get("draft", ""),
         "max_requests": backtest.MAX_REQUESTS,
     }

@@ -85,7 +85,7 @@ def test_it_rolls_back_from_the_admin(client: Client) -> None:
     IntentRule.objects.get(name="regex").delete()
     response = client.post(
         "/admin/planner_app/rulesetversion/",
-        {"action": "roll_back", "_selected_action": [first.pk]},
+        {"action": "roll_back", "_selected_action": [first.pk], "confirmed": "yes"},
         follow=True,
     )
     assert f"rolled back to v{first.number}" in response.content.decode()
@@ -100,3 +100,99 @@ def test_it_refuses_a_mapping_to_an_unknown_tool(default_rules: None) -> None:
     mapping = CapabilityMapping(capability=Capability.objects.get(name="Hashing"), tool="hsah")
     with pytest.raises(ValidationError, match="no tool named 'hsah'"):
         mapping.full_clean()
+
+
+@pytest.mark.parametrize(
+    ("typed", "saved"),
+    [
+        ("sum, add, plus", ["sum", "add", "plus"]),
+        ("sum\nadd\r\n\nplus\n", ["sum", "add", "plus"]),
+        ("累加，求和、sum", ["累加", "求和", "sum"]),
+        ('["sum", "look up"]', ["sum", "look up"]),
+        ("sum, sum ,add", ["sum", "add"]),
+    ],
+)
+def test_it_reads_keywords_one_per_line_or_comma(client: Client, typed: str, saved: list) -> None:
+    rule = IntentRule.objects.get(name="sum-en")
+    response = client.post(
+        f"/admin/planner_app/intentrule/{rule.pk}/change/", rule_form(rule, keywords=typed)
+    )
+    assert response.status_code == 302
+    assert IntentRule.objects.get(pk=rule.pk).keywords == saved
+
+
+def test_it_reads_patterns_one_per_line_keeping_their_commas(client: Client) -> None:
+    rule = IntentRule.objects.get(name="regex")
+    response = client.post(
+        f"/admin/planner_app/intentrule/{rule.pk}/change/",
+        rule_form(rule, patterns="\\d{1,3}\n^(a|b),c$"),
+    )
+    assert response.status_code == 302
+    assert IntentRule.objects.get(pk=rule.pk).patterns == [r"\d{1,3}", "^(a|b),c$"]
+
+
+def test_it_names_the_line_of_an_invalid_pattern(client: Client) -> None:
+    rule = IntentRule.objects.get(name="regex")
+    response = client.post(
+        f"/admin/planner_app/intentrule/{rule.pk}/change/", rule_form(rule, patterns="ok\n(a")
+    )
+    assert response.status_code == 200
+    assert "line 2: invalid regular expression" in response.content.decode()
+
+
+def test_it_refuses_a_rule_with_no_keyword_or_pattern(client: Client) -> None:
+    rule = IntentRule.objects.get(name="regex")
+    response = client.post(
+        f"/admin/planner_app/intentrule/{rule.pk}/change/", rule_form(rule, keywords=" \n, ")
+    )
+    assert "a rule needs at least one keyword or pattern" in response.content.decode()
+
+
+def test_it_shows_keywords_one_per_line_with_a_link_to_try_the_rule(client: Client) -> None:
+    rule = IntentRule.objects.get(name="sum-en")
+    page = client.get(f"/admin/planner_app/intentrule/{rule.pk}/change/").content.decode()
+    assert ">\nsum\nadd\nplus\ntotal</textarea>" in page
+    assert 'href="/planner/try?request=sum+&amp;rule=sum-en"' in page
+
+
+def test_the_try_page_links_back_to_the_rule(client: Client) -> None:
+    rule = IntentRule.objects.get(name="sum-en")
+    page = client.get("/planner/try", {"request": "sum 1 to 10", "rule": "sum-en"})
+    html = page.content.decode()
+    change_url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    assert f'href="{change_url}" id="back-to-rule"' in html
+    assert f'<a href="{change_url}">sum-en</a>' in html  # the matched rule, linked
+
+
+def test_it_labels_the_inputs_of_the_rules_list(client: Client) -> None:
+    page = client.get("/admin/planner_app/intentrule/").content.decode()
+    assert 'aria-label="Priority of sum-en"' in page
+    assert 'aria-label="Enabled of sum-en"' in page
+
+
+def test_it_asks_before_rolling_back_and_shows_what_would_change(client: Client) -> None:
+    first = RuleSetVersion.objects.order_by("number").first()
+    IntentRule.objects.get(name="regex").delete()
+    latest = RuleSetVersion.objects.order_by("-number").first()
+    response = client.post(
+        "/admin/planner_app/rulesetversion/",
+        {"action": "roll_back", "_selected_action": [first.pk]},
+    )
+    html = response.content.decode()
+    assert "Yes, roll back to v1" in html
+    assert "<code>+ rule regex</code>" in html
+    assert RuleSetVersion.objects.order_by("-number").first() == latest  # nothing done yet
+    assert not IntentRule.objects.filter(name="regex").exists()
+
+
+def test_the_version_page_shows_old_and_new_values(client: Client) -> None:
+    rule = IntentRule.objects.get(name="hashing")
+    client.post(
+        f"/admin/planner_app/intentrule/{rule.pk}/change/",
+        rule_form(rule, keywords="hash\ndigest", priority=3),
+    )
+    latest = RuleSetVersion.objects.order_by("-number").first()
+    html = client.get(f"/admin/planner_app/rulesetversion/{latest.pk}/change/").content.decode()
+    assert "~ rule hashing: keywords +digest −md5 −sha1 −sha256 −sha512 −哈希; priority 80 → 3" in (
+        html
+    )

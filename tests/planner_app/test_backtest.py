@@ -145,3 +145,42 @@ def test_it_names_the_problem_with_a_bad_draft(
     with pytest.raises(backtest.DraftError) as caught:
         backtest.draft_ruleset(draft)
     assert problem in str(caught.value)
+
+
+def test_it_counts_capability_and_goal_changes_with_the_same_tool(default_rules: None) -> None:
+    record_requests(*REQUESTS)
+    draft = json.dumps({"rules": current_rules_with(goal="turn text into base64")})
+    report = backtest.backtest(
+        backtest.recent_requests(),
+        current_ruleset(),
+        backtest.draft_ruleset(draft),
+        get_engine().registry,
+    )
+    assert [change.request for change in report.changes] == ["base64 encode hello"]
+    assert report.changes[0].kind == "goal"
+    assert report.by_aspect == {"capability": 0, "goal": 1, "tool": 0, "arguments": 0}
+
+
+def test_it_counts_a_capability_change(default_rules: None) -> None:
+    record_requests(*REQUESTS)
+    draft = json.dumps({"rules": current_rules_with(capabilities=["Hashing"])})
+    report = backtest.backtest(
+        backtest.recent_requests(),
+        current_ruleset(),
+        backtest.draft_ruleset(draft),
+        get_engine().registry,
+    )
+    change = report.changes[0]
+    assert change.request == "base64 encode hello"
+    assert "capability" in change.aspects
+    assert change.before.capabilities == ("Base64",)
+    assert change.after.capabilities == ("Hashing",)
+
+
+def test_it_compares_with_the_previous_version_by_default(
+    default_rules: None, django_capture_on_commit_callbacks: Any, admin_client: Any
+) -> None:
+    before = disable_base64_rule(django_capture_on_commit_callbacks)
+    page = admin_client.get("/planner/backtest").content.decode()
+    assert f'<option value="{before}" selected>' in page
+    assert f'<option value="{before + 1}">' in page

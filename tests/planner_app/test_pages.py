@@ -98,6 +98,9 @@ def test_it_shows_tool_output_as_text_never_as_markup(
     assert staff_page.evaluate("window.__pwned") is None
 
 
+NO_RULE = "no rule matched the request; needs the LLM"
+
+
 def test_it_lists_a_request_changed_by_a_rule_change(
     staff_page: Any, live_server: Any, default_rules: None
 ) -> None:
@@ -109,7 +112,7 @@ def test_it_lists_a_request_changed_by_a_rule_change(
     rule.save()
     staff_page.goto(f"{live_server.url}/")
     staff_page.click("text=Backtest")
-    staff_page.select_option("#id_version", str(old))
+    assert staff_page.locator("#id_version").input_value() == str(old)  # the previous, by default
     staff_page.fill("#id_limit", "50")
     staff_page.click("#backtest-button")
     assert staff_page.locator("#total").inner_text() == "3"
@@ -117,7 +120,12 @@ def test_it_lists_a_request_changed_by_a_rule_change(
     assert staff_page.locator("#newly-planned").inner_text() == "1"
     row = staff_page.locator("#changes tbody tr").first.locator("td").all_inner_texts()
     assert row[:2] == ["base64 encode hello", "newly planned"]
-    assert row[2].startswith("needs the LLM") and row[3].startswith("hash_tool")
+    assert row[2].splitlines() == ["no capability; goal: —", "needs the LLM: " + NO_RULE]
+    assert row[3].splitlines()[0] == "Base64; goal: encode or decode"
+    assert row[3].splitlines()[1].startswith("hash_tool {")
+    assert (
+        "1 capability, 1 goal, 1 tool, 0 arguments" in staff_page.locator("#by-aspect").inner_text()
+    )
     assert staff_page.evaluate("window.__pwned") is None
 
 

@@ -80,7 +80,7 @@ def test_it_lists_what_changed_between_two_versions(default_rules: None) -> None
     rule.save()
     new = RuleSetVersion.objects.order_by("-number").first()
     lines = rulesets.diff(RuleSetVersion.objects.get(number=old).snapshot, new.snapshot)
-    assert lines == ["~ rule hashing: priority", "- rule regex"]
+    assert lines == ["~ rule hashing: priority 80 → 1", "- rule regex"]
 
 
 PLANNER_PROCESS = """
