@@ -48,6 +48,27 @@ class Chart:
     def figure_id(self) -> str:
         return f"{self.id}-figure"
 
+    @property
+    def is_empty(self) -> bool:
+        """Return whether the chart has nothing to draw: no rows, or only zeros and gaps.
+
+        The page then says "no data" instead of drawing bare axes.
+        """
+        if not self.rows:
+            return True
+        for trace in self.figure.get("data", []):
+            values = trace.get("x" if trace.get("orientation") == "h" else "y") or []
+            if any(value not in (None, 0, 0.0, "") for value in values):
+                return False
+        return True
+
+    @property
+    def offers_log_scale(self) -> bool:
+        """Return whether the y axis is a latency in ms, where spikes flatten the rest."""
+        yaxis = self.figure.get("layout", {}).get("yaxis", {})
+        title = str(yaxis.get("title", {}).get("text", ""))
+        return yaxis.get("type") != "category" and (title == "ms" or "(ms)" in title)
+
 
 def make_chart(
     chart_id: str,

@@ -114,6 +114,15 @@ class SpanRow:
     offset_ms: float
     spirals: list[FailureSpiral] = field(default_factory=list)
     is_fallback: bool = False
+    depth: int = 0  # how deep in the span tree: 0 for a span without a stored parent
+    # (spiral, n): this span is the spiral's attempt n, numbered as the spiral page does.
+    spiral_attempts: list[tuple[FailureSpiral, int]] = field(default_factory=list)
+    children: list[SpanRow] = field(default_factory=list)
+
+    @property
+    def llm(self) -> LlmExchange | None:
+        """Return what an LLM span recorded of its call, or None for other spans."""
+        return llm_exchange(self.span) if self.span.kind == SpanKind.LLM else None
 
     @property
     def name(self) -> str:
@@ -152,51 +161,84 @@ def trace_spans(trace: Trace) -> tuple[list[Invocation], bool]:
 
 
 def span_rows(spans: Sequence[Invocation], spirals: Sequence[FailureSpiral]) -> list[SpanRow]:
-    """Return the spans with their number, offset, spirals and planner-fallback mark.
+    """Return the spans in span-tree order, with their number, depth, offset, spirals and marks.
 
-    A fallback is a call the planner chose after an earlier call chosen some other way
-    (by the LLM, a workflow, an outside agent) failed, or after an LLM call failed.
+    The tree nests each span under its parent (by parent_span_id); a span whose parent is
+    not stored is a root. Siblings keep their time order, and rows are numbered in tree
+    order, which is also the waterfall's order. A fallback is a call the planner chose
+    after an earlier call chosen some other way (by the LLM, a workflow, an outside
+    agent) failed, or after an LLM call failed.
     """
     start = spans[0].started_at if spans else None
-    members = spiral_members(spans, spirals)
-    rows, failed_before = [], False
-    for number, span in enumerate(spans, start=1):
-        row = SpanRow(
-            number=number,
+    attempts = spiral_attempt_numbers(spans, spirals)
+    rows, failed_before = {}, False
+    for span in spans:
+        rows[span.span_id] = SpanRow(
+            number=0,
             span=span,
             offset_ms=(span.started_at - start).total_seconds() * 1000,
-            spirals=members.get(span.span_id, []),
+            spirals=[spiral for spiral, _ in attempts.get(span.span_id, [])],
+            spiral_attempts=attempts.get(span.span_id, []),
             is_fallback=span.chosen_by == ChosenBy.PLANNER and failed_before,
         )
-        rows.append(row)
         if span.status == SpanStatus.ERROR and span.chosen_by != ChosenBy.PLANNER:
             failed_before = True
-    return rows
+    roots = []
+    for span in spans:
+        parent = rows.get(span.parent_span_id) if span.parent_span_id != span.span_id else None
+        (parent.children if parent is not None else roots).append(rows[span.span_id])
+    ordered: list[SpanRow] = []
+    _walk(roots, 0, ordered, set())
+    for number, row in enumerate(ordered, start=1):
+        row.number = number
+    return ordered
 
 
-def spiral_members(
+def _walk(rows: list[SpanRow], depth: int, ordered: list[SpanRow], seen: set[str]) -> None:
+    """Append rows and their descendants depth first; a span in a parent loop comes once."""
+    for row in rows:
+        if row.span.span_id in seen:
+            continue
+        seen.add(row.span.span_id)
+        row.depth = depth
+        ordered.append(row)
+        _walk(row.children, depth + 1, ordered, seen)
+
+
+def span_tree(rows: Sequence[SpanRow]) -> list[SpanRow]:
+    """Return the roots of the span tree (each row holds its children)."""
+    return [row for row in rows if row.depth == 0]
+
+
+def spiral_attempt_numbers(
     spans: Sequence[Invocation], spirals: Sequence[FailureSpiral]
-) -> dict[str, list[FailureSpiral]]:
-    """Return, per span id, the spirals the span is an attempt of.
+) -> dict[str, list[tuple[FailureSpiral, int]]]:
+    """Return, per span id, the spirals the span is an attempt of, and its attempt number.
 
-    A spiral's attempts are its tool's calls from its first span to its last; calls of
-    other tools in between are not part of it.
+    A spiral's attempts are its tool's calls from its first span to its last, numbered
+    from 1 in time order as on the spiral page; calls of other tools in between are not
+    part of it.
     """
     position = {span.span_id: index for index, span in enumerate(spans)}
-    members: dict[str, list[FailureSpiral]] = defaultdict(list)
+    members: dict[str, list[tuple[FailureSpiral, int]]] = defaultdict(list)
     for spiral in spirals:
         first = position.get(spiral.first_span_id)
         last = position.get(spiral.last_span_id)
         if first is None or last is None:
             continue  # beyond the spans shown, or purged by retention
+        number = 0
         for span in spans[first : last + 1]:
             if span.kind == SpanKind.TOOL and span.tool_name == spiral.tool_name:
-                members[span.span_id].append(spiral)
+                number += 1
+                members[span.span_id].append((spiral, number))
     return members
 
 
 def waterfall_chart(trace: Trace, rows: Sequence[SpanRow]) -> Chart:
-    """Return the trace's spans as bars on a time axis, one colour per kind and status."""
+    """Return the trace's spans as bars on a +ms axis, in tree order, coloured by kind and status.
+
+    Each bar carries its span id (customdata[5]) so that a click on it selects the span.
+    """
     total_ms = max((row.offset_ms + row.span.latency_ms for row in rows), default=0.0)
     # A bar too thin to see (or hover) gets a sliver of width; hover and table say the truth.
     sliver_ms = max(total_ms / 400, 0.001)
@@ -211,7 +253,7 @@ def waterfall_chart(trace: Trace, rows: Sequence[SpanRow]) -> Chart:
                 name=name,
                 orientation="h",
                 y=[row.label for row in members],
-                base=[naive_utc(row.span.started_at) for row in members],
+                base=[round(row.offset_ms, 3) for row in members],
                 x=[max(row.span.latency_ms, sliver_ms) for row in members],
                 marker_color=colour,
                 customdata=[
@@ -221,12 +263,15 @@ def waterfall_chart(trace: Trace, rows: Sequence[SpanRow]) -> Chart:
                         row.span.latency_ms,
                         row.tokens,
                         plotly_text(row.span.error_kind or "-"),
+                        row.span.span_id,
+                        row.offset_ms,
                     ]
                     for row in members
                 ],
                 hovertemplate=(
                     "<b>%{customdata[0]}</b><br>status %{customdata[1]} (%{customdata[4]})<br>"
-                    "%{customdata[2]:.1f} ms, %{customdata[3]} tokens<extra></extra>"
+                    "+%{customdata[6]:,.1f} ms, lasted %{customdata[2]:,.1f} ms, "
+                    "%{customdata[3]:,} tokens<br>click to show the span<extra></extra>"
                 ),
             )
         )
@@ -252,7 +297,14 @@ def waterfall_chart(trace: Trace, rows: Sequence[SpanRow]) -> Chart:
         height=min(140 + 26 * len(rows), 2400),
         hovermode="closest",
         barmode="overlay",
-        xaxis={"type": "date", "title": {"text": "Time (UTC)"}},
+        xaxis={
+            "type": "linear",
+            "title": {"text": "ms since the trace started"},
+            "tickprefix": "+",
+            "ticksuffix": " ms",
+            "rangemode": "tozero",
+            "tickformat": ",~r",
+        },
         yaxis={
             "type": "category",
             "categoryorder": "array",
@@ -262,7 +314,115 @@ def waterfall_chart(trace: Trace, rows: Sequence[SpanRow]) -> Chart:
         },
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"},
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
+        meta={"selects": "span"},
     )
+
+
+# What an LLM span recorded ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LlmMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class LlmExchange:
+    """What an LLM call was sent and answered, as far as its span recorded it.
+
+    Read from the span's arguments (`messages`, `tools`; `input`/`prompt` as text) and
+    result (`content`/`output`/`completion`, `tool_calls`, `finish_reason`). A producer
+    that records only counts (our agent loop records how many messages and tools) shows
+    the counts; one that records nothing shows nothing here.
+    """
+
+    messages: list[LlmMessage]
+    message_count: int | None
+    tools: list[str]
+    tool_count: int | None
+    output: str
+    tool_calls: list[str]
+    finish_reason: str
+
+    @property
+    def recorded(self) -> bool:
+        return bool(
+            self.messages
+            or self.message_count
+            or self.tools
+            or self.tool_count
+            or self.output
+            or self.tool_calls
+        )
+
+
+def llm_exchange(span: Invocation) -> LlmExchange:
+    """Return what an LLM span recorded of its input messages, offered tools and output."""
+    sent = span.arguments if isinstance(span.arguments, dict) else {}
+    answer = span.result if isinstance(span.result, dict) else {}
+    raw_messages = sent.get("messages")
+    if isinstance(raw_messages, list):
+        messages = [_message(item) for item in raw_messages]
+    else:
+        prompt = sent.get("input", sent.get("prompt"))
+        messages = [LlmMessage("user", _text(prompt))] if prompt is not None else []
+    raw_tools = sent.get("tools")
+    output = answer.get("content", answer.get("output", answer.get("completion")))
+    if output is None and isinstance(span.result, str):
+        output = span.result
+    return LlmExchange(
+        messages=messages,
+        message_count=_count(raw_messages),
+        tools=[_tool_name(tool) for tool in raw_tools] if isinstance(raw_tools, list) else [],
+        tool_count=_count(raw_tools),
+        output="" if output is None else _text(output),
+        tool_calls=[_tool_call(call) for call in answer.get("tool_calls") or [] if call],
+        finish_reason=_text(answer.get("finish_reason") or ""),
+    )
+
+
+def _count(value: Any) -> int | None:
+    """Return a recorded count (an int), or None when the value is a list or absent."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        parts = [part.get("text") if isinstance(part, dict) else part for part in value]
+        if all(isinstance(part, str) for part in parts):
+            return "\n".join(parts)
+    return as_json(value)
+
+
+def _message(item: Any) -> LlmMessage:
+    if not isinstance(item, dict):
+        return LlmMessage("", _text(item))
+    content = item.get("content")
+    if content is None and item.get("tool_calls"):
+        content = "calls " + ", ".join(_tool_call(call) for call in item["tool_calls"])
+    return LlmMessage(_text(item.get("role", "")), "" if content is None else _text(content))
+
+
+def _tool_name(tool: Any) -> str:
+    """Return the name of an offered tool: OpenAI's {"function": {"name"}}, or {"name"}."""
+    if isinstance(tool, dict):
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else tool.get("name")
+        return _text(name) if name is not None else as_json(tool)
+    return _text(tool)
+
+
+def _tool_call(call: Any) -> str:
+    """Return a tool call as `name(arguments)`, from OpenAI's or a flat shape."""
+    if not isinstance(call, dict):
+        return _text(call)
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    name = _text(function.get("name", "?"))
+    arguments = function.get("arguments", function.get("input", ""))
+    return f"{name}({arguments if isinstance(arguments, str) else as_json(arguments)})"
 
 
 # One spiral -------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
     context = {
         "trace": trace,
         "rows": rows,
+        "tree": timeline.span_tree(rows),
         "more_spans": more,
         "spirals": spirals,
         "waterfall": timeline.waterfall_chart(trace, rows),

@@ -136,11 +136,62 @@ def test_it_shows_a_malicious_tool_result_as_text(staff_page: Any, live_server: 
     page.hover("#waterfall .plot .bars .point path", force=True)
     page.wait_for_selector("#waterfall .hoverlayer text")
 
+    assert "<img src=x onerror=alert(1)>" in page.locator("#waterfall .hoverlayer").text_content()
+    page.click("details.payload-block:has(pre.result) summary")  # payloads start collapsed
     assert hostile in page.locator("pre.result").inner_text()
     assert "<img src=x onerror=alert(1)>" in page.locator("section.span h3").inner_text()
-    assert "<img src=x onerror=alert(1)>" in page.locator("#waterfall .hoverlayer").text_content()
     page.goto(f"{live_server.url}/traces/")
     assert hostile in page.locator("#traces td.request").inner_text()
     assert page.evaluate("window.__pwned") is None
     assert dialogs == []
+    assert_stayed_local(page, live_server)
+
+
+def test_it_picks_a_span_from_the_tree_and_the_waterfall(staff_page: Any, live_server: Any) -> None:
+    trace_id, root = secrets.token_hex(16), secrets.token_hex(8)
+    record(
+        make_span(trace_id=trace_id, span_id=root, kind="agent", tool_name="", chosen_by=None,
+                  ran_on=None, started_at=at(0), latency_ms=3000.0),
+        make_span(trace_id=trace_id, parent_span_id=root, tool_name="calculator",
+                  started_at=at(0.5), latency_ms=400.0),
+        make_span(trace_id=trace_id, parent_span_id=root, tool_name="web_search",
+                  status="error", error_kind="timeout", result=None, started_at=at(1.5),
+                  latency_ms=1400.0),
+    )  # fmt: skip
+    page = staff_page
+    page.goto(f"{live_server.url}/traces/{trace_id}/")
+    page.wait_for_selector(f"#waterfall {RENDERED}")
+    visible = "section.span:not([hidden])"
+    assert page.locator(visible).count() == 1  # the first span, until another is picked
+    assert page.locator("#span-tree details ul li").count() == 2  # nested under the agent step
+    assert "+" in page.locator("#waterfall .xtick text").first.text_content()
+    assert (
+        page.locator("#waterfall .modebar-btn[data-attr='dragmode'][data-val='lasso']").count() == 0
+    )
+    assert (
+        page.locator("#waterfall .modebar-btn[data-attr='dragmode'][data-val='select']").count()
+        == 0
+    )
+
+    page.click("#span-tree a.span-pick:has-text('calculator')")
+    assert "calculator" in page.locator(visible).inner_text()
+    assert page.locator("#span-tree a.selected").inner_text().endswith("calculator")
+
+    # Click the bar of web_search: bars are drawn in tree order, web_search's the lowest.
+    failed = page.evaluate(
+        "Array.from(document.querySelectorAll('#waterfall .plot .bars .point path'))"
+        ".map(p => p.getBoundingClientRect().top)"
+    )
+    lowest = max(range(len(failed)), key=lambda index: failed[index])
+    box = page.locator("#waterfall .plot .bars .point path").nth(lowest).bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("location.hash.startsWith('#span-')")
+    shown = page.locator(visible)
+    assert shown.count() == 1
+    assert "web_search" in shown.inner_text() and "timeout" in shown.inner_text()
+    assert page.locator(f"{visible} details.payload-block[open]").count() == 0  # collapsed
+
+    page.reload()  # the address names the span: it stays picked
+    page.wait_for_selector(f"#waterfall {RENDERED}")
+    assert "web_search" in page.locator(visible).inner_text()
     assert_stayed_local(page, live_server)

@@ -244,11 +244,105 @@ def test_it_shows_a_trace_with_its_waterfall_and_every_span(
     bars = chart.figure["data"]
     assert sorted(bar["name"] for bar in bars) == ["Tool call", "Tool call, failed"]
     assert [row[2] for row in chart.rows] == ["web_search", "calculator"]
-    assert chart.figure["layout"]["xaxis"]["type"] == "date"
+    xaxis = chart.figure["layout"]["xaxis"]
+    assert (xaxis["type"], xaxis["tickprefix"], xaxis["ticksuffix"]) == ("linear", "+", " ms")
+    assert [bar["base"][0] for bar in sorted(bars, key=lambda bar: bar["name"])] == [0, 1000]
     html = response.content.decode()
     assert 'id="waterfall-figure"' in html
     assert 'class="tool-link" href="/tools/calculator/"' in html
     assert "timeout" in html
+
+
+def test_it_nests_spans_under_their_parents_in_tree_order(admin_client: Client, db: None) -> None:
+    trace_id = secrets.token_hex(16)
+    record(
+        make_span(trace_id=trace_id, span_id="a" * 16, kind="agent", tool_name="", chosen_by=None,
+                  ran_on=None, started_at=at(0), latency_ms=5000),
+        make_span(trace_id=trace_id, span_id="b" * 16, parent_span_id="a" * 16, kind="llm",
+                  tool_name="", chosen_by=None, ran_on=None, model="gpt-4o", started_at=at(1)),
+        make_span(trace_id=trace_id, span_id="d" * 16, parent_span_id="9" * 16,
+                  tool_name="orphan", started_at=at(2)),
+        make_span(trace_id=trace_id, span_id="c" * 16, parent_span_id="b" * 16,
+                  tool_name="web_search", started_at=at(3)),
+    )  # fmt: skip
+
+    response = admin_client.get(f"/traces/{trace_id}/")
+
+    rows = response.context["rows"]
+    assert [(row.span.span_id[0], row.depth, row.number) for row in rows] == [
+        ("a", 0, 1), ("b", 1, 2), ("c", 2, 3), ("d", 0, 4),
+    ]  # fmt: skip
+    assert [root.span.span_id[0] for root in response.context["tree"]] == ["a", "d"]
+    waterfall = response.context["waterfall"]
+    assert waterfall.figure["layout"]["yaxis"]["categoryarray"][:3] == [
+        "1. Agent step", "2. gpt-4o", "3. web_search",
+    ]  # fmt: skip
+    html = response.content.decode()
+    start = html.index('<ul class="span-tree"')
+    tree = html[start : html.index("</nav>", start)]
+    # c is inside b's list, itself inside a's: three nested lists before c's link.
+    before_c = tree[: tree.index(f'data-span="{"c" * 16}"')]
+    assert before_c.count("<ul") - before_c.count("</ul>") == 3
+    assert tree.count("<details open>") == 2  # a and b have children; c and d do not
+
+
+def test_it_collapses_every_payload(admin_client: Client, traces: dict[str, str]) -> None:
+    html = admin_client.get(f"/traces/{traces['T1']}/").content.decode()
+
+    assert html.count('<details class="payload-block"><summary>Arguments') == 2
+    assert '<details class="payload-block"><summary>Result' in html
+    assert "<details open><summary>Arguments" not in html
+    assert 'tabindex="0">' in html  # scrolling payload blocks are reachable by keyboard
+
+
+def test_it_shows_what_an_llm_span_was_sent_and_answered(admin_client: Client, db: None) -> None:
+    trace_id = secrets.token_hex(16)
+    sent = {
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": [{"type": "text", "text": "What is 6*7?"}]},
+        ],
+        "tools": [{"type": "function", "function": {"name": "calculator"}}, {"name": "web_search"}],
+    }
+    answer = {
+        "content": None,
+        "finish_reason": "tool_calls",
+        "tool_calls": [{"function": {"name": "calculator", "arguments": '{"expression": "6*7"}'}}],
+    }
+    record(
+        make_span(trace_id=trace_id, kind="llm", tool_name="", chosen_by=None, ran_on=None,
+                  model="gpt-4o", arguments=sent, result=answer),
+    )  # fmt: skip
+
+    response = admin_client.get(f"/traces/{trace_id}/")
+
+    (row,) = response.context["rows"]
+    llm = row.llm
+    assert [(m.role, m.content) for m in llm.messages] == [
+        ("system", "You are terse."), ("user", "What is 6*7?"),
+    ]  # fmt: skip
+    assert llm.tools == ["calculator", "web_search"]
+    assert llm.tool_calls == ['calculator({"expression": "6*7"})']
+    html = response.content.decode()
+    assert "Input messages (2)" in html
+    assert "Tools offered (2)" in html
+    assert "finish reason: tool_calls" in html
+    assert "calculator({&quot;expression&quot;: &quot;6*7&quot;})" in html
+
+
+def test_it_says_when_an_llm_span_recorded_only_counts(admin_client: Client, db: None) -> None:
+    trace_id = secrets.token_hex(16)
+    record(
+        make_span(trace_id=trace_id, kind="llm", tool_name="", chosen_by=None, ran_on=None,
+                  model="gpt-4o", arguments={"messages": 4, "tools": 3},
+                  result={"content": "42", "finish_reason": "stop"}),
+    )  # fmt: skip
+
+    html = admin_client.get(f"/traces/{trace_id}/").content.decode()
+
+    assert "Input messages: 4, contents not recorded" in html
+    assert "Tools offered: 3, names not recorded" in html
+    assert '<pre class="payload output" tabindex="0">42</pre>' in html
 
 
 def test_it_answers_404_for_an_unknown_trace(admin_client: Client, db: None) -> None:
@@ -296,7 +390,12 @@ def test_it_marks_spiral_attempts_and_the_planner_fallback(
     assert [bool(row.spirals) for row in rows] == [False, True, True, True, False]
     assert [row.is_fallback for row in rows] == [False, False, False, False, True]
     html = response.content.decode()
-    assert html.count(f'href="/spirals/{spiral.pk}/"') == 4  # the list above and 3 attempts
+    # The list above, 3 attempt badges and 3 "n of 3 in the spiral" links.
+    assert html.count(f'href="/spirals/{spiral.pk}/"') == 7
+    assert [[n for _, n in row.spiral_attempts] for row in rows] == [[], [1], [2], [3], []]
+    for number in (1, 2, 3):
+        assert f"{number} of 3 in the <a" in html
+        assert f'<span class="badge attempt">attempt {number}/3</span>' in html
     assert 'href="/planner/try?request=Find%20recent%20MCP%20articles"' in html
 
 
