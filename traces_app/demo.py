@@ -58,6 +58,10 @@ def _search_results(rng: Rng) -> dict[str, Any]:
     return {"count": 3, "results": results}
 
 
+def _json_doc(rng: Rng) -> str:
+    return f'{{"id": {rng.randint(1, 99)}, "items": [{{"price": {rng.randint(1, 500)}}}]}}'
+
+
 TOOLS: dict[str, ToolProfile] = {
     "calculator": ToolProfile(
         "builtin", 3.0, 0.03, ("invalid_arguments", "invalid_arguments", "tool_error"),
@@ -71,18 +75,18 @@ TOOLS: dict[str, ToolProfile] = {
     ),
     "hash_tool": ToolProfile(
         "builtin", 1.0, 0.005, ("invalid_arguments",),
-        lambda r: {"algorithm": "sha256", "text": r.choice(["hello", "report.pdf", "42"])},
+        lambda r: {"operation": "sha256", "text": r.choice(["hello", "report.pdf", "42"])},
         lambda r: {"digest": f"{r.getrandbits(256):064x}"},
     ),
     "string_utils": ToolProfile(
         "builtin", 1.0, 0.01, ("invalid_arguments",),
-        lambda r: {"operation": r.choice(["upper", "count", "reverse"]), "text": "hello world"},
-        lambda r: {"text": "HELLO WORLD"},
+        lambda r: {"operation": r.choice(["upper", "length", "reverse"]), "text": "hello world"},
+        lambda r: {"result": "HELLO WORLD"},
     ),
     "json_tools": ToolProfile(
         "builtin", 2.0, 0.04, ("invalid_arguments", "tool_error"),
-        lambda r: {"operation": "query", "document": {"id": r.randint(1, 99)}, "path": "$.id"},
-        lambda r: {"value": r.randint(1, 99)},
+        lambda r: {"operation": "query", "text": _json_doc(r), "pointer": "/items/0/price"},
+        lambda r: {"value": r.randint(1, 500)},
     ),
     "web_search": ToolProfile(
         "remote", 450.0, 0.05, ("timeout", "rate_limited", "tool_error"),
@@ -142,23 +146,92 @@ FALLBACKS = {
     "calculator": "json_tools",
     "mcp.files.read_file": "http_request",
 }
-ERRORS = {
-    "timeout": "tool timed out after 30 s",
-    "invalid_arguments": "expression: expected string, got number 123",
-    "tool_error": "upstream returned HTTP 502",
-    "rate_limited": "429 Too Many Requests",
-    "not_found": "no such item",
+# What a user asked, by the tool the agent reaches for first: 60 distinct requests, so that
+# a backtest of a rule change has a variety of wordings to replan.
+REQUESTS_BY_TOOL: dict[str, list[str]] = {
+    "calculator": [
+        "What is 17% of 2,340 plus the square root of 144?",
+        "calculate 12*(7+5)",
+        "sum of 1 to 100",
+        "What is 2^10 minus 24?",
+        "average of 3, 8, 15 and 22",
+        "how many ways to choose 3 of 10",
+        "gcd of 84 and 126",
+        "compute the compound interest on 5000 at 3% for 4 years",
+        "what is 7 factorial",
+        "total of the invoice lines 120, 75.5 and 19.99",
+        "计算 25 乘以 4",
+        "1到100的和",
+    ],
+    "datetime": [
+        "What's the date today?",
+        "what time is it in Tokyo",
+        "current time in UTC",
+        "which weekday is 2026-12-25",
+        "add 90 days to 2026-11-30",
+        "现在几点",
+    ],
+    "hash_tool": [
+        "Hash 'hello' with sha256",
+        "md5 of report.pdf",
+        "base64 encode 'user:secret'",
+        "sha512 checksum of the release notes",
+        "decode the base64 string aGVsbG8=",
+    ],
+    "string_utils": [
+        "Upper-case 'hello world' and count its letters",
+        "reverse the string 'stressed'",
+        "lowercase 'THE QUICK FOX'",
+        "trim the spaces around '  padded  '",
+        "title case 'quarterly sales report'",
+        "length of 'Model Context Protocol'",
+    ],
+    "json_tools": [
+        'validate this JSON: {"a": 1}',
+        "pretty print the order JSON",
+        "get the price of the first item from the JSON",
+        "minify the config JSON",
+    ],
+    "web_search": [
+        "Find recent articles about the Model Context Protocol",
+        "search for django ninja cursor pagination",
+        "look up the latest Python release",
+        "google OpenTelemetry GenAI semantic conventions",
+        "find benchmarks of tool calling in small models",
+        "搜索 MCP 协议的最新消息",
+        "search the weather in Paris tomorrow",
+        "find the vLLM docs for tool calling",
+    ],
+    "http_request": [
+        "Fetch item 42 from the inventory API and summarise it",
+        "download https://api.example.org/items/7",
+        "fetch the status page of the payments API",
+        "get https://api.example.org/health",
+    ],
+    "mcp.time.get_current_time": [
+        "What time is it in Shanghai?",
+        "current time in New York",
+        "is it daytime in Paris now?",
+    ],
+    "mcp.time.convert_time": [
+        "convert 09:00 UTC to Tokyo time",
+        "what is 14:00 in Paris when it is 14:00 UTC",
+        "when is 18:00 UTC in Sydney",
+    ],
+    "mcp.files.read_file": [
+        "Read the Q4 report and list its open questions",
+        "read the draft report and summarise it",
+        "open the Q3 report and find the revenue",
+    ],
 }
-REQUESTS = [
-    "What is 17% of 2,340 plus the square root of 144?",
-    "Find recent articles about the Model Context Protocol",
-    "Hash 'hello' with sha256",
-    "What time is it in Shanghai?",
-    "Upper-case 'hello world' and count its letters",
-    "Fetch item 42 from the inventory API and summarise it",
-    "Read the Q4 report and list its open questions",
+OUTSIDE_REQUESTS = [
     "Open a ticket for customer C1234's refund",
+    "look up customer C5521 and their tier",
+    "raise a high-priority ticket for the failed delivery",
+    "is customer C9034 a gold customer?",
+    "create a ticket: invoice sent twice",
 ]
+REQUESTS = [text for texts in REQUESTS_BY_TOOL.values() for text in texts] + OUTSIDE_REQUESTS
 # Web search's incident: between these fractions of the window most searches fail.
 INCIDENT = (0.55, 0.60)
 INCIDENT_FAILURE_RATE = 0.6
@@ -270,7 +343,8 @@ class _Trace:
     def llm_agent(self, live: bool = False) -> None:
         rng = self.rng
         self.agent, model = rng.choice(LLM_AGENTS), rng.choice(MODELS)
-        self.llm(model, request=rng.choice(REQUESTS))
+        first = self.pick_tool()
+        self.llm(model, request=rng.choice(REQUESTS_BY_TOOL[first]))
         mishap = self.pick_mishap(live)
         steps = rng.randint(1, 4)
         mishap_step = rng.randrange(steps)
@@ -280,14 +354,16 @@ class _Trace:
             if step == mishap_step and mishap:
                 getattr(self, mishap)()
             else:
-                self.llm_call(self.pick_tool())
+                self.llm_call(first if step == 0 else self.pick_tool())
         self.llm(model)
 
     def planner_request(self) -> None:
         rng = self.rng
         self.agent, model = rng.choice(LLM_AGENTS), rng.choice(MODELS)
-        self.llm(model, request=rng.choice(REQUESTS))
-        for _ in range(rng.randint(1, 2)):
+        tool = self.pick_tool()
+        self.llm(model, request=rng.choice(REQUESTS_BY_TOOL[tool]))
+        self.call_with_retry(tool, "planner")
+        if rng.random() < 0.5:
             self.call_with_retry(self.pick_tool(), "planner")
         self.llm(model)
 
@@ -302,7 +378,7 @@ class _Trace:
     def outside_agent(self) -> None:
         rng = self.rng
         self.agent, model = rng.choice(OUTSIDE_AGENTS), "claude-3-5-haiku"
-        self.llm(model, request=rng.choice(REQUESTS[-2:]))
+        self.llm(model, request=rng.choice(OUTSIDE_REQUESTS))
         for _ in range(rng.randint(1, 3)):
             self.call_with_retry(rng.choice(OUTSIDE_TOOLS), "external")
         self.llm(model)
@@ -425,8 +501,12 @@ class _Trace:
             kind = error_kind or rng.choice(profile.error_kinds)
             if kind == "timeout":
                 span["latency_ms"] = 30_000.0 + rng.uniform(0, 50)
+            arguments, message = failure(tool, kind, span["arguments"])
             span.update(
-                error_kind=kind, error_message=ERRORS[kind], result_tokens=rng.randint(5, 40)
+                arguments=arguments,
+                error_kind=kind,
+                error_message=message,
+                result_tokens=rng.randint(5, 40),
             )
         else:
             span["result"] = profile.make_result(rng)
@@ -436,6 +516,64 @@ class _Trace:
     def add(self, span: dict[str, Any]) -> None:
         self.spans.append(span)
         self.clock += timedelta(milliseconds=span["latency_ms"] + self.rng.uniform(1, 30))
+
+
+# Arguments an LLM gets wrong, per tool, and what validation says about them (the engine's
+# own wording: see tools_app/validation.py).
+WRONG_ARGUMENTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
+    # tool: (argument, how it goes wrong, message with {value} for the wrong value)
+    "calculator": ("expression", lambda v: _as_number(v), "expected string, got number {value}"),
+    "datetime": ("timezone", lambda v: "Mars/Olympus_Mons", "unknown time zone {value!r}"),
+    "hash_tool": ("operation", lambda v: "sha3", 'expected one of "md5", "sha1", "sha256", '
+                  '"sha512", "base64_encode", "base64_decode", got string "{value}"'),
+    "string_utils": ("operation", lambda v: "shout", 'expected one of "upper", "lower", '
+                     '"title", "trim", "length", "reverse", ..., got string "{value}"'),
+    "json_tools": ("pointer", lambda v: "items[0].price",
+                   "a JSON Pointer starts with '/', got string \"{value}\""),
+    "mcp.time.convert_time": ("time", lambda v: "25:00", "{value!r} is not a valid HH:MM time"),
+}  # fmt: skip
+
+
+# A tool's own failure that follows from its arguments, for the tools that have one.
+FAILING_ARGUMENTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
+    "calculator": ("expression", lambda v: f"{v}/0", "division by zero in {value!r}"),
+    "json_tools": ("pointer", lambda v: "/items/3/price",
+                   "no value at {value!r}: items has 1 element"),
+}  # fmt: skip
+
+
+def failure(tool: str, kind: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Return the arguments of a failed call and an error message that agrees with them.
+
+    An invalid_arguments failure gets arguments that really are invalid; the others name
+    the URL, path, customer or expression the call was about.
+    """
+    spoilers = {"invalid_arguments": WRONG_ARGUMENTS, "tool_error": FAILING_ARGUMENTS}
+    if tool in spoilers.get(kind, {}):
+        name, spoil, message = spoilers[kind][tool]
+        wrong = spoil(arguments.get(name))
+        prefix = f"{name}: " if kind == "invalid_arguments" else ""
+        return {**arguments, name: wrong}, prefix + message.format(value=wrong)
+    if kind == "timeout":
+        return arguments, f"{tool} did not answer within 30 s (timeout)"
+    if kind == "rate_limited":
+        return arguments, f"{tool}: 429 Too Many Requests (retry after 20 s)"
+    target = (
+        arguments.get("url") or arguments.get("path") or arguments.get("customer_id")
+        or arguments.get("expression") or arguments.get("pointer") or arguments.get("query")
+        or arguments.get("timezone") or ""
+    )  # fmt: skip
+    if kind == "not_found":
+        return arguments, f"{target}: not found (404)"
+    if tool.startswith("mcp."):
+        return arguments, f"the MCP server answered an internal error for {target!r}"
+    return arguments, f"upstream returned HTTP 502 Bad Gateway for {target!r}"
+
+
+def _as_number(value: Any) -> Any:
+    """Return what an LLM sends when it computed the expression itself: a number."""
+    digits = "".join(ch for ch in str(value) if ch.isdigit())
+    return int(digits[:6] or 0)
 
 
 def _tweak(value: Any, attempt: int) -> Any:

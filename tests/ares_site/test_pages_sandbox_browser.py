@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from planner_app.models import Agent
+from planner_app.models import Agent, Workflow
 from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app import conftest as planner_fixtures
 from tests.planner_app.fake_llm import FakeLlm, call, calls, say
@@ -155,4 +156,33 @@ def test_active_discovery_with_a_direct_call_shows_the_planners_answer(
     assert '"result": 42' in page.locator("#answer").inner_text()  # not an empty answer
     assert "finished: planner_answer" in page.locator("#answer-facts").inner_text()
     assert page.locator("li.tool-call", has_text="2 planner").count() == 1
+    assert_stayed_local(page, live_server)
+
+
+def test_the_workflow_path_runs_a_saved_workflow_without_asking_for_a_message(
+    staff_page: Any, live_server: Any, settings: Any, default_rules: None
+) -> None:
+    settings.ARES_LLM_BASE_URL = ""
+    examples = importlib.import_module("planner_app.migrations.0006_example_workflows")
+    for name, (description, definition) in examples.WORKFLOWS.items():  # flushed by a test before
+        Workflow.objects.get_or_create(
+            name=name, defaults={"description": description, "definition": definition}
+        )
+    page = staff_page
+    page.goto(f"{live_server.url}/sandbox/")
+    notice = page.locator("#no-llm")
+    assert "No LLM endpoint is configured" in notice.inner_text()
+    assert notice.evaluate("node => node.classList.contains('error')") is False  # a calm note
+    assert page.locator("#message-field").is_visible()
+    page.select_option("#id_mode", "workflow")
+    assert not page.locator("#message-field").is_visible()
+    assert page.locator("#id_workflow").input_value() == "invoice-check"  # the first, chosen
+    page.select_option("#id_workflow", "nightly-report")
+    page.click("#send-button")
+    page.wait_for_selector(ANSWER, timeout=30_000)
+    calls = page.locator("li.tool-call")
+    assert calls.count() == 4
+    assert {b.inner_text() for b in calls.locator(".badge").all()} == {"3 workflow"}
+    assert "NIGHTLY REPORT: 3662 CALLS" in page.locator("#transcript").inner_text()
+    assert page.locator("#form-error").is_hidden()
     assert_stayed_local(page, live_server)

@@ -147,3 +147,18 @@ def test_a_workflow_is_imported_from_json(tmp_path: Path) -> None:
     path.write_text('{"name": "broken", "steps": [{"id": "a", "tool": "nope"}]}')
     with pytest.raises(CommandError, match="nope"):
         call_command("import_workflow", str(path))
+
+
+@pytest.mark.parametrize("name", ["nightly-report", "invoice-check"])
+def test_the_example_workflows_run_on_the_built_in_tools(default_rules: None, name: str) -> None:
+    module = __import__("planner_app.migrations.0006_example_workflows", fromlist=["x"])
+    description, definition = module.WORKFLOWS[name]
+    Workflow.objects.filter(name=name).delete()  # shipped by the migration, unless flushed
+    workflow = saved(definition, name=name)  # full_clean: valid against the tools' contracts
+    run = start_run(workflow, background=False)
+    assert run.status == "success", run.progress
+    results = {s["step_id"]: s["result"]["data"] for s in run.progress["steps"]}
+    if name == "nightly-report":
+        assert results["headline"]["result"] == "NIGHTLY REPORT: 3662 CALLS, 152.6 AN HOUR"
+    else:
+        assert results["with_tax"]["result"] == 258.59

@@ -161,3 +161,29 @@ def test_its_tools_fail_each_in_their_own_way() -> None:
     assert "timeout" in kinds["web_search"] and "not_found" in kinds["mcp.files.read_file"]
     incident, usual = (searches[flag]["error"] / searches[flag].total() for flag in (True, False))
     assert incident > 3 * usual
+
+
+def test_it_asks_at_least_fifty_different_things() -> None:
+    spans = demo_spans(20_000, seed=1)
+    requests = {span["request_text"] for span in spans if span.get("request_text")}
+    assert len(requests) >= 50
+
+
+def test_its_error_messages_agree_with_the_arguments() -> None:
+    failed = [s for s in demo_spans(20_000, seed=1) if s["status"] == "error"]
+    assert {s["error_kind"] for s in failed} >= {"invalid_arguments", "timeout", "not_found"}
+    for span in failed:
+        message, arguments = span["error_message"], span["arguments"]
+        if span["error_kind"] == "invalid_arguments":
+            name, _, said = message.partition(": ")
+            assert str(arguments[name]) in said, span  # the wrong value it names is the one sent
+        elif span["error_kind"] in ("timeout", "rate_limited"):
+            assert message.startswith(span["tool_name"]), span
+        else:
+            assert any(str(value) in message for value in arguments.values()), span
+    calculator = [s for s in failed if s["tool_name"] == "calculator"]
+    assert all(
+        isinstance(s["arguments"]["expression"], int)
+        for s in calculator
+        if s["error_kind"] == "invalid_arguments"
+    )

@@ -8,6 +8,8 @@
   const agentSelect = document.getElementById("id_agent");
   const modeSelect = document.getElementById("id_mode");
   const workflowField = document.getElementById("workflow-field");
+  const messageField = document.getElementById("message-field");
+  const messageBox = document.getElementById("id_message");
   const transcript = document.getElementById("transcript");
   const formError = document.getElementById("form-error");
   const runState = document.getElementById("run-state");
@@ -224,7 +226,11 @@
       if (mode.dataset.needsLlm === "yes") mode.disabled = !hasLlm;
     }
     if (modeSelect.options[modeSelect.selectedIndex].disabled) modeSelect.value = "planner";
-    workflowField.hidden = modeSelect.value !== "workflow";
+    // A workflow runs its saved steps: it takes no message, so none is asked for.
+    const workflow = modeSelect.value === "workflow";
+    workflowField.hidden = !workflow;
+    messageField.hidden = workflow;
+    messageBox.disabled = workflow;
   }
 
   function showError(message) {
