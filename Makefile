@@ -32,7 +32,12 @@ serve: install
 worker: install
 	$(BIN)/celery -A ares_site worker --loglevel=INFO
 
-test: install
+# The tests also run the README's OTLP setups with the real instrumentation libraries.
+$(VENV)/.otel-libraries: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,otel-libraries]'
+	touch $@
+
+test: install $(VENV)/.otel-libraries
 	SECRET_KEY=$${SECRET_KEY:-tests-only-secret} $(BIN)/pytest $(PYTEST_ARGS)
 
 PY_PATHS := manage.py ares_site tools_app planner_app traces_app tests bench

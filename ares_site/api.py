@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -11,6 +12,8 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.renderers import JSONRenderer
+from ninja.responses import NinjaJSONEncoder
 
 from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
@@ -20,6 +23,24 @@ from traces_app.api_errors import document_errors
 from traces_app.bodies import JsonBodyParser, read_json_body
 
 logger = logging.getLogger(__name__)
+
+
+class PreciseJsonEncoder(NinjaJSONEncoder):
+    """ninja's encoder, with datetimes to the microsecond the databases keep.
+
+    Django's encoder, which ninja's extends, cuts them to milliseconds, so a span read
+    back would not start when it was reported to start.
+    """
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, datetime):
+            text = o.isoformat()
+            return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
+        return super().default(o)
+
+
+class PreciseJsonRenderer(JSONRenderer):
+    encoder_class = PreciseJsonEncoder
 
 
 class AresApi(NinjaAPI):
@@ -38,6 +59,7 @@ api = AresApi(
         "with `manage.py create_api_key`)."
     ),
     parser=JsonBodyParser(),
+    renderer=PreciseJsonRenderer(),
     urls_namespace="api-v1",
 )
 api.add_router("/", traces_router)

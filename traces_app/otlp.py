@@ -50,6 +50,11 @@ CONTENT_TYPES = (PROTOBUF, JSON)
 
 GENAI, OPENINFERENCE, OPENLLMETRY, GENERIC = "genai", "openinference", "openllmetry", "otel"
 UNKNOWN_SERVICE = "unknown_service"  # what OpenTelemetry SDKs report without service.name
+# The instrumentation scope's name, kept with the resource's attributes under the key
+# OpenTelemetry uses for it outside OTLP.
+SCOPE_NAME = "otel.scope.name"
+# The OpenAI Agents SDK's OpenInference spans: its trace (a workflow) is an AGENT span too.
+_AGENTS_SDK_SCOPE = "openinference.instrumentation.openai_agents"
 
 # Attributes a tool span should carry; their absence is reported per producer. Not the
 # status: the OpenTelemetry spec has instrumentations leave a successful span's status
@@ -192,7 +197,8 @@ def read_request(request: ExportTraceServiceRequest) -> list[SpanReading]:
     for resource_spans in request.resource_spans:
         resource = attribute_dict(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
-            spans.extend((span, resource) for span in scope_spans.spans)
+            scoped = {**resource, SCOPE_NAME: scope_spans.scope.name}
+            spans.extend((span, scoped) for span in scope_spans.spans)
     return read_spans(spans)
 
 
@@ -225,8 +231,9 @@ def read_spans(spans: Iterable[tuple[Span, dict[str, Any]]]) -> list[SpanReading
     read = []
     for span, resource in spans:
         attributes = attribute_dict(span.attributes)
-        dialect, said = _read_dialect(attributes, span.name)
+        dialect, said = _read_dialect(attributes, span.name, _text(resource.get(SCOPE_NAME)))
         read.append(ParsedSpan(span, resource, attributes, dialect, said))
+    _calls_from_parents(read)
     aboves = agents_above(read)
     readings = []
     for one in read:
@@ -238,6 +245,37 @@ def read_spans(spans: Iterable[tuple[Span, dict[str, Any]]]) -> list[SpanReading
         reading.above = above
         readings.append(reading)
     return readings
+
+
+def _calls_from_parents(spans: Sequence[ParsedSpan]) -> None:
+    """Fill in tool spans' arguments and call ids from the tool calls their parent ran.
+
+    LangChain's tool spans (OpenInference) carry a one-argument tool's input as bare text
+    (`Paris`, not `{"city": "Paris"}`); the LangGraph node above them carries the calls
+    as the model made them: `[{"name": ..., "args": {...}, "id": ...}]`. Used when the
+    parent came in the same request.
+    """
+    by_key = {one.key: one for one in spans}
+    for one in spans:
+        said = one.said
+        if said.kind != "tool" or isinstance(said.arguments, dict):
+            continue
+        parent = by_key.get((one.span.trace_id, one.span.parent_span_id))
+        if parent is None:
+            continue
+        made = _decoded(parent.attributes.get("input.value"))
+        matching = [
+            call
+            for call in (made if isinstance(made, list) else [])
+            if isinstance(call, dict)
+            and call.get("name") == _text(said.tool_name)
+            and isinstance(call.get("args"), dict)
+            and (said.tool_call_id is _ABSENT or call.get("id") == said.tool_call_id)
+        ]
+        if len(matching) == 1:
+            said.arguments = matching[0]["args"]
+            if said.tool_call_id is _ABSENT and matching[0].get("id"):
+                said.tool_call_id = matching[0]["id"]
 
 
 def agents_above(spans: Sequence[ParsedSpan]) -> dict[tuple[bytes, bytes], Above]:
@@ -654,18 +692,30 @@ class DialectFields:
     input_tokens: Any = None
     output_tokens: Any = None
     error_type: Any = None
+    failed: bool = False  # the dialect's own payload says the call failed
+    tool_type: Any = None
+    tool_description: Any = None
+    request_text: str = ""  # the user's request: the first user message the model was sent
+    session: Any = None
     agent: Any = None
     names_agent: str = ""  # the agent this span stands for, inherited by the spans below it
     fallback_name: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _read_dialect(attributes: dict[str, Any], name: str) -> tuple[str, DialectFields]:
+def _read_dialect(
+    attributes: dict[str, Any], name: str, scope: str = ""
+) -> tuple[str, DialectFields]:
     """Return which dialect a span speaks and what it says, trying the dialects in order."""
     if "gen_ai.operation.name" in attributes:
-        return GENAI, _read_genai(attributes, name)
+        said = _read_genai(attributes, name)
+        if "traceloop.span.kind" in attributes or any(
+            key.startswith("traceloop.association.") for key in attributes
+        ):
+            return OPENLLMETRY, said  # OpenLLMetry's LLM spans speak GenAI
+        return GENAI, said
     if "openinference.span.kind" in attributes:
-        return OPENINFERENCE, _read_openinference(attributes, name)
+        return OPENINFERENCE, _read_openinference(attributes, name, scope)
     if "traceloop.span.kind" in attributes:
         return OPENLLMETRY, _read_openllmetry(attributes, name)
     if any(key.startswith("gen_ai.") for key in attributes):
@@ -703,6 +753,9 @@ def _read_genai(attributes: dict[str, Any], name: str) -> DialectFields:
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         error_type=attributes.get("error.type"),
+        tool_type=attributes.get("gen_ai.tool.type"),
+        tool_description=attributes.get("gen_ai.tool.description"),
+        request_text=_genai_request_text(attributes) if kind == "llm" else "",
         agent=attributes.get("gen_ai.agent.name"),
         names_agent=_name(attributes.get("gen_ai.agent.name")) if kind == "agent" else "",
         # GenAI names tool spans "execute_tool {gen_ai.tool.name}".
@@ -710,20 +763,36 @@ def _read_genai(attributes: dict[str, Any], name: str) -> DialectFields:
     )
 
 
-def _read_openinference(attributes: dict[str, Any], name: str) -> DialectFields:
+def _read_openinference(attributes: dict[str, Any], name: str, scope: str = "") -> DialectFields:
     kind = _OPENINFERENCE_KINDS.get(_text(attributes["openinference.span.kind"]).upper(), "other")
+    if kind == "agent" and scope == _AGENTS_SDK_SCOPE and "agent.name" not in attributes:
+        # The Agents SDK's trace ("Agent workflow" unless named): a workflow above the
+        # agents, which name themselves in agent.name.
+        kind = "other"
     arguments = attributes.get("input.value", _ABSENT)
     parameters = attributes.get("tool.parameters", _ABSENT)
     # tool.parameters is the tool's parameter schema, but some producers put the call's
     # arguments there: use it when input.value is absent and it is not a JSON Schema.
     if arguments is _ABSENT and parameters is not _ABSENT and not _is_json_schema(parameters):
         arguments = parameters
+    result = attributes.get("output.value") if kind == "tool" else None
+    tool_call_id = attributes.get("tool.id", attributes.get("tool_call.id", _ABSENT))
+    failed = False
+    message = _langchain_tool_message(result)
+    if message is not None:  # LangChain's ToolMessage, around what the tool returned
+        result = message.get("content")
+        failed = message.get("status") == "error"
+        if tool_call_id is _ABSENT and message.get("tool_call_id"):
+            tool_call_id = message["tool_call_id"]
     return DialectFields(
         kind=kind,
         tool_name=attributes.get("tool.name", _ABSENT),
-        tool_call_id=attributes.get("tool.id", attributes.get("tool_call.id", _ABSENT)),
+        tool_call_id=tool_call_id,
         arguments=arguments if kind == "tool" else _ABSENT,
-        result=attributes.get("output.value") if kind == "tool" else None,
+        result=result,
+        failed=failed,
+        tool_description=attributes.get("tool.description") if kind == "tool" else None,
+        request_text=_openinference_request_text(attributes) if kind == "llm" else "",
         model=attributes.get("llm.model_name"),
         input_tokens=attributes.get("llm.token_count.prompt"),
         output_tokens=attributes.get("llm.token_count.completion"),
@@ -743,15 +812,68 @@ def _read_openllmetry(attributes: dict[str, Any], name: str) -> DialectFields:
     names_agent = ""
     if span_kind in _OPENLLMETRY_AGENT_KINDS:
         names_agent = _name(attributes.get("traceloop.entity.name"))
+    # OpenLLMetry JSON-encodes every output, text too: decode whatever JSON it holds.
+    result = _json_or_text(attributes.get("traceloop.entity.output"))
     return DialectFields(
         kind=kind,
         tool_name=attributes.get("traceloop.entity.name", _ABSENT),
         arguments=arguments,
-        result=attributes.get("traceloop.entity.output"),
+        result=result,
         names_agent=names_agent,
         # OpenLLMetry names tool spans "{name}.tool".
         fallback_name=name.removesuffix(".tool") if kind == "tool" else name,
     )
+
+
+def _langchain_tool_message(value: Any) -> dict[str, Any] | None:
+    """Return the data of a serialised LangChain ToolMessage, or None if it is not one."""
+    message = _decoded(value)
+    if (
+        isinstance(message, dict)
+        and message.get("type") == "tool"
+        and isinstance(message.get("data"), dict)
+        and message["data"].get("type") == "tool"
+        and "content" in message["data"]
+    ):
+        return message["data"]
+    return None
+
+
+def _genai_request_text(attributes: dict[str, Any]) -> str:
+    """Return the first user message of a GenAI LLM span's input.
+
+    gen_ai.input.messages (JSON: role and parts) in current conventions; the indexed
+    gen_ai.prompt.N.role/content attributes in older ones.
+    """
+    messages = _decoded(attributes.get("gen_ai.input.messages"))
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict) and message.get("role") == "user":
+            parts = message.get("parts")
+            texts = [
+                _text(part.get("content"))
+                for part in (parts if isinstance(parts, list) else [])
+                if isinstance(part, dict) and part.get("type") == "text"
+            ]
+            if "content" in message and not texts:
+                texts = [_text(message["content"])]
+            return "\n".join(texts)
+    return _indexed_user_message(attributes, "gen_ai.prompt.{}.role", "gen_ai.prompt.{}.content")
+
+
+def _openinference_request_text(attributes: dict[str, Any]) -> str:
+    """Return the first user message of an OpenInference LLM span's input messages."""
+    return _indexed_user_message(
+        attributes, "llm.input_messages.{}.message.role", "llm.input_messages.{}.message.content"
+    )
+
+
+def _indexed_user_message(attributes: dict[str, Any], role: str, content: str) -> str:
+    index = 0
+    while role.format(index) in attributes:
+        if _text(attributes[role.format(index)]).lower() in ("user", "human"):
+            return _text(attributes.get(content.format(index)))
+        index += 1
+    return ""
 
 
 def _unwrap_call(value: Any) -> Any:
@@ -783,7 +905,7 @@ def _invocation_fields(
     elif said.kind in ("other", "agent"):
         # Not a tool: the span's name labels it in the trace's waterfall.
         tool_name = _name(said.fallback_name)
-    failed = span.status.code == Status.STATUS_CODE_ERROR or bool(said.error_type)
+    failed = span.status.code == Status.STATUS_CODE_ERROR or bool(said.error_type) or said.failed
     if said.arguments is _ABSENT:
         missing.append(MISSING_ARGUMENTS)
     fields = {
@@ -799,11 +921,15 @@ def _invocation_fields(
         "session_id": _text(
             attributes.get("session.id")
             or attributes.get("gen_ai.conversation.id")
+            or attributes.get("traceloop.association.properties.session_id")
             or resource.get("session.id")
         ),
+        "request_text": said.request_text,
         "model": _text(said.model),
+        "tool_type": _name(said.tool_type)[:40] if said.kind == "tool" else "",
+        "tool_description": _text(said.tool_description)[:2000] if said.kind == "tool" else "",
         "arguments": None if said.arguments is _ABSENT else _decoded(said.arguments),
-        "result": _decoded(said.result),
+        "result": _decoded(said.result, scalars=True),
         "status": "error" if failed else "ok",
         "input_tokens": said.input_tokens or 0,
         "output_tokens": said.output_tokens or 0,
@@ -858,13 +984,32 @@ def _name(value: Any) -> str:
     return _CONTROL_CHARS.sub(" ", _text(value)).strip()[:_NAME_MAX]
 
 
-def _decoded(value: Any) -> Any:
+_JSON_SCALAR = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?|true|false|null")
+
+
+def _decoded(value: Any, scalars: bool = False) -> Any:
     """Return a JSON object or array sent as text decoded; other values unchanged.
 
     Producers send arguments and results as JSON strings (attributes hold no objects).
-    Text that does not decode, or nests deeper than bodies accept, stays text.
+    With `scalars`, a text that is a JSON number, true, false or null is decoded too: what
+    producers that encode "JSON unless a string" (GenAI, LangChain, OpenInference's
+    decorators) make of a tool's number or boolean. Text that does not decode, or nests
+    deeper than bodies accept, stays text.
     """
+    if scalars and isinstance(value, str) and _JSON_SCALAR.fullmatch(value.strip()):
+        return json.loads(value)
     if not isinstance(value, str) or value.lstrip()[:1] not in ("{", "["):
+        return value
+    try:
+        decoded = json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+    return value if nesting_exceeds(decoded, MAX_JSON_DEPTH) else decoded
+
+
+def _json_or_text(value: Any) -> Any:
+    """Return text holding any JSON value (a quoted string too) decoded; else unchanged."""
+    if not isinstance(value, str):
         return value
     try:
         decoded = json.loads(value)

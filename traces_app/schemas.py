@@ -52,6 +52,15 @@ class InvocationIn(Schema):
     kind: Literal["tool", "llm", "agent", "other"] = "tool"
     tool_name: str = Field(default="", max_length=200, pattern=NAME_PATTERN, validate_default=True)
     tool_call_id: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
+    tool_type: str = Field(
+        default="",
+        max_length=40,
+        pattern=NAME_PATTERN,
+        description="function, extension or datastore (OpenTelemetry's gen_ai.tool.type)",
+    )
+    tool_description: str = Field(
+        default="", max_length=2000, description="The tool's description, as the agent has it"
+    )
     chosen_by: Literal["llm", "planner", "workflow", "external"] | None = Field(
         default=None, description="Who chose the tool; defaults to external for tool spans"
     )
@@ -109,7 +118,7 @@ class InvocationIn(Schema):
             raise ValueError(f"started_at is more than {skew} in the future")
         return value
 
-    @field_validator("error_message", "request_text", mode="before")
+    @field_validator("error_message", "request_text", "tool_description", mode="before")
     @classmethod
     def _storable(cls, value: Any) -> Any:
         # Free text is kept even when a client's JSON carries lone surrogates (\ud800),
@@ -240,6 +249,8 @@ class InvocationOut(Schema):
     kind: str
     tool_name: str
     tool_call_id: str
+    tool_type: str
+    tool_description: str
     chosen_by: str
     ran_on: str
     agent: str

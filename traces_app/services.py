@@ -174,6 +174,8 @@ def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:
         "kind": item.kind,
         "tool_name": item.tool_name,
         "tool_call_id": item.tool_call_id,
+        "tool_type": item.tool_type,
+        "tool_description": item.tool_description,
         "chosen_by": item.chosen_by or "",
         "ran_on": item.ran_on or "",
         "agent": item.agent,

@@ -240,7 +240,7 @@ def test_it_stores_an_openinference_tool_span_field_by_field(sdk_export, argumen
     assert tool.tool_name == "calculator"
     assert tool.tool_call_id == "toolu_01"
     assert tool.arguments == {"expression": "12 * 7"}  # never the parameter schema
-    assert tool.result == "84"
+    assert tool.result == 84  # a number sent as JSON text (producers encode "JSON unless a str")
     assert tool.status == "ok"
     assert tool.started_at == as_datetime(at(301))
     assert tool.latency_ms == pytest.approx(2.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -52,8 +53,13 @@ RESOURCE = {"service.name": "mapper"}
     [
         pytest.param(
             {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
-             "traceloop.span.kind": "tool", "openinference.span.kind": "TOOL"},
+             "openinference.span.kind": "TOOL"},
             "genai", "tool", id="GenAI first",
+        ),
+        pytest.param(
+            {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+             "traceloop.association.properties.session_id": "s"},
+            "openllmetry", "llm", id="OpenLLMetry's LLM span in GenAI's words",
         ),
         pytest.param(
             {"openinference.span.kind": "TOOL", "tool.name": "t", "gen_ai.system": "openai"},
@@ -181,3 +187,88 @@ def test_it_ends_the_walk_to_an_agent_at_a_parent_loop():
     readings = read_spans([(first, RESOURCE), (second, RESOURCE), (itself, RESOURCE)])
 
     assert [reading.item.agent for reading in readings] == ["mapper"] * 3
+
+
+@pytest.mark.parametrize(
+    ("output", "result"),
+    [
+        ('"It is 21\\u00b0C and \\"sunny\\""', 'It is 21°C and "sunny"'),
+        ("3", 3),
+        ("null", None),
+        ('{"temperature": 21}', {"temperature": 21}),
+        ("not JSON at all", "not JSON at all"),
+    ],
+)
+def test_it_decodes_an_openllmetry_output_of_any_json_type(output, result):
+    reading = read_span(
+        span({"traceloop.span.kind": "tool", "traceloop.entity.name": "t",
+              "traceloop.entity.output": output}),
+        RESOURCE,
+    )  # fmt: skip
+
+    assert reading.item.result == result
+
+
+def test_it_keeps_a_genai_text_result_that_is_not_json_as_text():
+    reading = read_span(
+        span({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+              "gen_ai.tool.call.result": 'It is "sunny"'}),
+        RESOURCE,
+    )  # fmt: skip
+
+    assert reading.item.result == 'It is "sunny"'
+
+
+def langchain_message(content: str, status: str) -> str:
+    data = {"content": content, "type": "tool", "name": "t", "tool_call_id": "call_7",
+            "status": status}  # fmt: skip
+    return json.dumps({"type": "tool", "data": data})
+
+
+def test_it_unwraps_a_langchain_tool_message_with_its_call_id_and_status():
+    ok = read_span(
+        span({"openinference.span.kind": "TOOL", "tool.name": "t", "input.value": "{}",
+              "output.value": langchain_message("It is sunny", "success")}),
+        RESOURCE,
+    ).item  # fmt: skip
+    failed = read_span(
+        span({"openinference.span.kind": "TOOL", "tool.name": "t", "input.value": "{}",
+              "output.value": langchain_message("Error: no such city", "error")}),
+        RESOURCE,
+    ).item  # fmt: skip
+
+    assert (ok.result, ok.tool_call_id, ok.status) == ("It is sunny", "call_7", "ok")
+    assert (failed.result, failed.status, failed.error_kind) == (
+        "Error: no such city",
+        "error",
+        "tool_error",
+    )
+
+
+def test_it_reads_the_request_text_from_each_dialects_input_messages():
+    genai = read_span(
+        span({"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(
+            [{"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+             {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]}])}),
+        RESOURCE,
+    ).item  # fmt: skip
+    openinference = read_span(
+        span({"openinference.span.kind": "LLM",
+              "llm.input_messages.0.message.role": "system",
+              "llm.input_messages.0.message.content": "Be brief.",
+              "llm.input_messages.1.message.role": "user",
+              "llm.input_messages.1.message.content": "Weather in Paris?"}),
+        RESOURCE,
+    ).item  # fmt: skip
+
+    assert genai.request_text == openinference.request_text == "Weather in Paris?"
+
+
+def test_it_reads_the_tool_type_and_description():
+    item = read_span(
+        span({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+              "gen_ai.tool.type": "datastore", "gen_ai.tool.description": "Looks it up"}),
+        RESOURCE,
+    ).item  # fmt: skip
+
+    assert (item.tool_type, item.tool_description) == ("datastore", "Looks it up")

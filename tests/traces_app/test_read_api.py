@@ -209,6 +209,8 @@ def test_it_shows_a_span_with_every_field(api, report, span):
         attempt=2,
         started_at=at(0),
         coercions=['expression: number 12 -> string "12"'],
+        tool_type="function",
+        tool_description="Evaluate an arithmetic expression.",
     )
     report(sent)
 
