@@ -29,14 +29,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
+import os
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +48,12 @@ sys.path.insert(0, str(ROOT))
 
 from figures import percentile  # noqa: E402  (bench/ is the script's own folder)
 
-from planner_app.discovery.backends import TfidfEncoder  # noqa: E402
+from planner_app.discovery.backends import (  # noqa: E402
+    TfidfEncoder,
+    WordLlamaBackend,
+    load_wordllama,
+    semantic_available,
+)
 from planner_app.discovery.catalogue import (  # noqa: E402
     BenchQuery,
     Server,
@@ -224,6 +233,9 @@ class Figures:
     fallbacks: int
     complete_5: int  # queries with every expected tool in the top 5
     schema_tokens: float  # per query: the estimated schema tokens of the tools returned
+    # Per query, for confidence intervals and the gate: recall@1, recall@5, hit@5, and
+    # the best fit score and semantic score among the 5 returned (what the gate reads).
+    per_query: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 5)))
 
 
 def measure(
@@ -232,8 +244,7 @@ def measure(
     schema_tokens: dict[str, int] | None = None,
 ) -> Figures:
     """Run every query through `search` and return its recall, hit rate and latency."""
-    recall = {1: 0.0, 5: 0.0}
-    hits = {1: 0, 5: 0}
+    rows = []
     timings, cpu_timings = [], []
     fallbacks = complete = tokens = 0
     for query in queries:
@@ -243,25 +254,42 @@ def measure(
         cpu_timings.append((time.thread_time() - cpu_start) * 1000)
         fallbacks += routing.mode == "flat_fallback"
         tokens += sum((schema_tokens or {}).get(m.tool, 0) for m in routing.matches[:5])
+        found = {}
         for k in (1, 5):
             top = routing.matches[:k]
-            found = sum(any(e.matches(m.server, m.tool) for m in top) for e in query.expected)
-            recall[k] += found / len(query.expected)
-            hits[k] += found > 0
-            complete += k == 5 and found == len(query.expected)
-    n = len(queries)
+            found[k] = sum(any(e.matches(m.server, m.tool) for m in top) for e in query.expected)
+        complete += found[5] == len(query.expected)
+        best = max((m.fit_score for m in routing.matches[:5]), default=0.0)
+        share = [found[k] / len(query.expected) for k in (1, 5)]
+        semantic = max((m.semantic_score or 0.0 for m in routing.matches[:5]), default=0.0)
+        rows.append((*share, found[5] > 0, best, found[1] > 0, semantic))
+    table = np.array(rows, dtype=np.float64)
     return Figures(
-        recall[1] / n,
-        recall[5] / n,
-        hits[1] / n,
-        hits[5] / n,
+        table[:, 0].mean(),
+        table[:, 1].mean(),
+        table[:, 4].mean(),
+        table[:, 2].mean(),
         percentile(timings, 0.5),
         percentile(timings, 0.95),
         percentile(cpu_timings, 0.95),
         fallbacks,
         complete,
-        tokens / n,
+        tokens / len(queries),
+        table[:, [0, 1, 2, 3, 5]],
     )
+
+
+def interval(values: np.ndarray, resamples: int = 2000) -> tuple[float, float]:
+    """Return the 95% bootstrap percentile interval of the mean of per-query values."""
+    rng = np.random.default_rng(14)  # fixed: the same data gives the same interval
+    picks = rng.integers(0, len(values), size=(resamples, len(values)))
+    means = values[picks].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def with_interval(values: np.ndarray) -> str:
+    low, high = interval(values)
+    return f"{values.mean():.3f} [{low:.3f}, {high:.3f}]"
 
 
 def by_query(search: Callable[..., Routing]) -> Callable[[BenchQuery], Routing]:
@@ -304,40 +332,177 @@ def schema_tokens(servers: Sequence[Server]) -> dict[str, int]:
     return tokens
 
 
-def run(
-    label: str,
-    servers: tuple[Server, ...],
-    queries: tuple[BenchQuery, ...],
-    settings: RouterSettings,
-) -> None:
-    start = time.perf_counter()
-    router = ToolRouter(servers, settings)
-    build_ms = (time.perf_counter() - start) * 1000
-    print(
-        f"\n{label}: {len(router.servers)} servers, {router.tool_count} tools, "
-        f"{len(queries)} queries; index built in {build_ms:.0f} ms"
-    )
-    print(
-        "| search | recall@1 | recall@5 | hit@1 | hit@5 = the issue's recall@5 "
-        "| p50 | p95 | CPU p95 |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    router.search("warm up")
-    # Plain: no threshold either, as the baseline figures were first measured.
-    plain = dataclasses.replace(settings, min_score=0.0)
-    baseline = ToolRouter(servers, plain, PlainTfidfBackend())
-    searches = [
-        ("baseline: plain TF-IDF, flat", baseline.search_flat),
-        ("flat", router.search_flat),
-        ("two-stage", router.search),
-    ]
-    for name, search in searches:
-        f = measure(by_query(search), queries)
-        note = f" ({f.fallbacks} fell back to flat)" if f.fallbacks else ""
-        print(
-            f"| {name}{note} | {f.recall_1:.3f} | {f.recall_5:.3f} | {f.hit_1:.3f} | "
-            f"{f.hit_5:.3f} | {f.p50_ms:.2f} ms | {f.p95_ms:.2f} ms | {f.cpu_p95_ms:.2f} ms |"
+SPLITS = ("tune", "held-out")
+MIN_TOOLS = 20  # two-stage "covering": servers until they hold this many tools
+
+
+def split_of(query: BenchQuery) -> str:
+    """Return the query's split, from a hash of its id: the same on every run and machine."""
+    digest = hashlib.sha256(query.id.encode()).digest()[0]
+    return SPLITS[digest % 2]
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    flat: bool
+    backend: Callable[[], Any] | None = None  # the lexical slot: None for the router's TF-IDF
+    semantic: bool = False
+    min_tools: int = 0
+    semantic_weight: float = 1.0
+
+    def build(self, servers: Sequence[Server], settings: RouterSettings) -> ToolRouter:
+        backend = self.backend() if self.backend else None
+        semantic = WordLlamaBackend() if self.semantic else None
+        settings = dataclasses.replace(
+            settings, min_tools=self.min_tools, semantic_weight=self.semantic_weight
         )
+        return ToolRouter(servers, settings, backend, semantic)
+
+
+def methods() -> list[Method]:
+    """Return the compared methods; those needing wordllama only when it is installed."""
+    listed = [
+        Method("baseline: plain TF-IDF, flat", True, PlainTfidfBackend),
+        Method("flat", True),
+        Method("two-stage", False),
+        Method(f"two-stage, servers until {MIN_TOOLS} tools", False, min_tools=MIN_TOOLS),
+    ]
+    if not semantic_available():
+        print("wordllama is not installed: the semantic methods are left out")
+        return listed
+    return [
+        *listed,
+        Method("wordllama alone, flat", True, WordLlamaBackend),
+        Method("flat + wordllama (RRF)", True, semantic=True),
+        Method("flat + wordllama (RRF, weight 0.5)", True, semantic=True, semantic_weight=0.5),
+        Method("two-stage + wordllama (RRF)", False, semantic=True),
+        Method(
+            f"two-stage + wordllama, servers until {MIN_TOOLS} tools",
+            False,
+            semantic=True,
+            min_tools=MIN_TOOLS,
+        ),
+    ]
+
+
+@dataclass
+class Result:
+    dataset: str
+    method: Method
+    build_s: float
+    memory_mb: float
+    by_split: dict[str, Figures]
+
+
+def evaluate(
+    label: str, servers: Sequence[Server], queries: Sequence[BenchQuery], settings: RouterSettings
+) -> list[Result]:
+    """Run every method on both splits of a data set; the gate is off (always 5 tools)."""
+    ungated = dataclasses.replace(settings, min_score=0.0)
+    splits = {name: tuple(q for q in queries if split_of(q) == name) for name in SPLITS}
+    results = []
+    for method in methods():
+        start = time.perf_counter()
+        router = method.build(servers, ungated)
+        build_s = time.perf_counter() - start
+        tracemalloc.start()
+        method.build(servers, ungated)
+        memory_mb = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        router.search("warm up")
+        search = router.search_flat if method.flat else router.search
+        figures = {name: measure(by_query(search), split) for name, split in splits.items()}
+        results.append(Result(label, method, build_s, memory_mb, figures))
+    sizes = ", ".join(f"{name} {len(split)}" for name, split in splits.items())
+    print(f"{label}: {len(servers)} servers, {router.tool_count} tools, queries: {sizes}")
+    return results
+
+
+def print_table(results: list[Result], model_mb: float) -> None:
+    print(
+        "\n| data set | split | method | recall@1 | recall@5 | hit@5 | CPU p95 | build | memory |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for result in results:
+        memory = result.memory_mb + (model_mb if "wordllama" in result.method.name else 0)
+        for split, f in result.by_split.items():
+            columns = [with_interval(f.per_query[:, i]) for i in range(3)]
+            print(
+                f"| {result.dataset} | {split} | {result.method.name} | "
+                + " | ".join(columns)
+                + f" | {f.cpu_p95_ms:.2f} ms | {result.build_s:.2f} s | {memory:.0f} MB |"
+            )
+
+
+def chosen(results: list[Result], dataset: str) -> Result:
+    """Return the method with the best hit@5 (then recall@5) on the data set's tune split."""
+    candidates = [r for r in results if r.dataset == dataset and "baseline" not in r.method.name]
+    return max(candidates, key=lambda r: (r.by_split["tune"].hit_5, r.by_split["tune"].recall_5))
+
+
+def calibrate_gate(figures: Figures) -> tuple[float, float]:
+    """Return the gate (lexical, semantic) calibrated on a tune split.
+
+    Lexical: the highest value that still accepts 99% of the requests answered right.
+    Semantic: what 99% of the wrongly answered requests stay under, so that it opens the
+    gate to a paraphrase without letting many misses through.
+    """
+    hit = figures.per_query[:, 2] > 0
+    lexical = figures.per_query[:, 3][hit]
+    semantic = figures.per_query[:, 4][~hit]
+    return (
+        float(np.quantile(lexical, 0.01)) if lexical.size else 0.0,
+        float(np.quantile(semantic, 0.99)) if semantic.size else 1.0,
+    )
+
+
+def gate_figures(figures: Figures, gate: tuple[float, float]) -> str:
+    """Return how the gate does: right answers kept, precision of what it keeps, misses cut."""
+    hit = figures.per_query[:, 2] > 0
+    semantic = figures.per_query[:, 4]
+    accepted = (figures.per_query[:, 3] >= gate[0]) | ((semantic > 0) & (semantic >= gate[1]))
+    kept = (accepted & hit).sum() / max(hit.sum(), 1)
+    precision = (accepted & hit).sum() / max(accepted.sum(), 1)
+    cut = (~accepted & ~hit).sum() / max((~hit).sum(), 1)
+    return f"{kept:.3f} | {precision:.3f} | {cut:.3f} ({(~hit).sum()} misses)"
+
+
+def print_selection(results: list[Result]) -> None:
+    """Print what tuning on one data set's tune split chooses, on every held-out split."""
+    datasets = list(dict.fromkeys(r.dataset for r in results))
+    print("\nTuned on one tune split (method: best hit@5; gate: calibrated), reported on held-out:")
+    print(
+        "| tuned on | method chosen | gate | tested on (held-out) | recall@1 | recall@5 | hit@5 "
+        "| gate: right answers kept | gate precision | misses cut |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for tuned_on in datasets:
+        pick = chosen(results, tuned_on)
+        gate = calibrate_gate(pick.by_split["tune"])
+        for tested_on in datasets:
+            result = next(r for r in results if r.dataset == tested_on and r.method == pick.method)
+            f = result.by_split["held-out"]
+            columns = " | ".join(with_interval(f.per_query[:, i]) for i in range(3))
+            print(
+                f"| {tuned_on} | {pick.method.name} | {gate[0]:.3f}, {gate[1]:.3f} | {tested_on} "
+                f"| {columns} | "
+                f"{gate_figures(f, gate)} |"
+            )
+
+
+def model_memory_mb() -> float:
+    """Return the memory the wordllama model takes in this process (0 without it)."""
+    if not semantic_available():
+        return 0.0
+    before = _resident_mb()
+    load_wordllama()
+    return _resident_mb() - before
+
+
+def _resident_mb() -> float:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def run_site(folder: Path, settings: RouterSettings, distractors: list[Server]) -> None:
@@ -410,7 +575,7 @@ def main() -> None:
     parser.add_argument("--server-weight", type=float, default=defaults.server_weight)
     parser.add_argument("--tool-weight", type=float, default=defaults.tool_weight)
     parser.add_argument("--top-servers", type=int, default=defaults.top_servers)
-    parser.add_argument("--min-score", type=float, help="the threshold (default: per combination)")
+    parser.add_argument("--min-score", type=float, default=defaults.min_score, help="the gate")
     parser.add_argument("--combination", choices=[c.value for c in Combination])
     parser.add_argument("--server-scoring", choices=[s.value for s in ServerScoring])
     args = parser.parse_args()
@@ -425,15 +590,12 @@ def main() -> None:
         server_scoring=args.server_scoring or defaults.server_scoring,
         cache_size=0,  # every query is timed as a search, never as a cache hit
     )
+    model_mb = model_memory_mb()
+    results: list[Result] = []
     if args.catalogue:
-        run(
-            args.catalogue.name,
-            load_catalogue(args.catalogue),
-            load_queries(args.queries),
-            settings,
-        )
-        return
-    for name in args.dataset or ["stabletoolbench", "site", "bfcl"]:
+        catalogue = load_catalogue(args.catalogue)
+        results += evaluate(args.catalogue.name, catalogue, load_queries(args.queries), settings)
+    for name in args.dataset or ([] if args.catalogue else ["stabletoolbench", "bfcl", "site"]):
         if name == "site":
             run_site(SITE_DATA, settings, stabletoolbench_servers(args.data))
             continue
@@ -444,7 +606,13 @@ def main() -> None:
                 path = args.export / f"{name}-{kind}.json"
                 path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
                 print(f"wrote {path}")
-        run(name, catalogue_from_dict(catalogue), queries_from_dict(queries), settings)
+        results += evaluate(
+            name, catalogue_from_dict(catalogue), queries_from_dict(queries), settings
+        )
+    if results:
+        print(f"(wordllama's model: {model_mb:.0f} MB resident, counted in its methods' memory)")
+        print_table(results, model_mb)
+        print_selection(results)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ one vector space, L2-normalised, so a dot product is the cosine similarity.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,6 +46,10 @@ class Backend(Protocol):
 
 def similarities(rows: Any, query: Any) -> np.ndarray:
     """Return the cosine similarity of every row with the (one-row) query."""
+    if isinstance(rows, np.ndarray):
+        # einsum, not BLAS: OpenBLAS runs this product on several threads, which spin
+        # and wait on a busy machine (p95 of 5 ms instead of 0.07).
+        return np.einsum("ij,j->i", rows, np.asarray(query).ravel()).astype(np.float64)
     product = rows @ query.T
     if hasattr(product, "toarray"):
         product = product.toarray()
@@ -144,6 +150,101 @@ class EmbeddingBackend:
                 "runs offline from a model saved to a local directory"
             )
         return SentenceTransformer(str(self.model_path), device="cpu", local_files_only=True)
+
+
+class StaticEmbeddingEncoder:
+    """Mean-pooled static token embeddings: a text's vector is the mean of its tokens' rows.
+
+    The mean is a sparse (texts x vocabulary) matrix of token shares times the embedding
+    table, so a catalogue of long texts costs its token count, never texts x longest text.
+    """
+
+    def __init__(self, model: StaticEmbeddingModel) -> None:
+        self._model = model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        table = self._model.table
+        encodings = self._model.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        # The attention mask leaves out padding, should the tokenizer be set to pad.
+        ids = [
+            np.asarray(encoding.ids, dtype=np.int64)[np.asarray(encoding.attention_mask, bool)]
+            for encoding in encodings
+        ]
+        lengths = np.array([len(row) for row in ids], dtype=np.int64)
+        shares = np.repeat(1.0 / np.maximum(lengths, 1), lengths).astype(np.float32)
+        indices = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        indptr = np.concatenate([[0], np.cumsum(lengths)])
+        means = sparse.csr_matrix((shares, indices, indptr), shape=(len(ids), table.shape[0]))
+        return normalize(np.asarray(means @ table, dtype=np.float32))
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode(texts)
+
+
+@dataclass(frozen=True)
+class StaticEmbeddingModel:
+    tokenizer: Any  # a `tokenizers.Tokenizer`
+    table: np.ndarray  # one float32 row per token id
+
+
+_WORDLLAMA_WEIGHTS = "weights/l2_supercat_256.safetensors"
+_WORDLLAMA_TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
+_wordllama_model: StaticEmbeddingModel | None = None
+_wordllama_lock = threading.Lock()
+
+
+class WordLlamaBackend:
+    """Static token embeddings from the `wordllama` package, averaged per text; numpy only.
+
+    The weights (256 dimensions for 32,000 tokens, 16 MB in float16, MIT) and the tokenizer
+    come inside the package's wheel from PyPI; they are read from its folder, never
+    downloaded, and loaded once per process, on the first build of a router that uses them.
+    No fitting: the same vectors serve every catalogue, so nothing is tuned to the one it
+    searches.
+    """
+
+    name = "wordllama"
+
+    def fit(self, documents: Sequence[str]) -> StaticEmbeddingEncoder:
+        return StaticEmbeddingEncoder(load_wordllama())
+
+
+def load_wordllama() -> StaticEmbeddingModel:
+    """Return this process's WordLlama model, read from the package's own files."""
+    global _wordllama_model
+    with _wordllama_lock:
+        if _wordllama_model is None:
+            _wordllama_model = _read_wordllama()
+        return _wordllama_model
+
+
+def _read_wordllama() -> StaticEmbeddingModel:
+    try:
+        import wordllama
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise BackendUnavailable(
+            "the semantic signal needs the wordllama package: pip install wordllama"
+        ) from None
+    # Read the wheel's own files: WordLlama.load() looks for the tokenizer in a folder
+    # the wheel does not have, then downloads it from a model hub.
+    folder = Path(wordllama.__file__).parent
+    tokenizer = Tokenizer.from_file(str(folder / _WORDLLAMA_TOKENIZER))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    with safe_open(str(folder / _WORDLLAMA_WEIGHTS), framework="np", device="cpu") as weights:
+        table = weights.get_tensor("embedding.weight").astype(np.float32)
+    return StaticEmbeddingModel(tokenizer, table)
+
+
+def semantic_available() -> bool:
+    """Return whether the default semantic backend (wordllama) can be imported here."""
+    try:
+        import wordllama  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def make_backend(name: str, model_path: str | Path | None = None) -> Backend:

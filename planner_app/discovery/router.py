@@ -1,12 +1,17 @@
 """The hierarchical tool router: rank servers, then tools inside the best servers (MCP-Zero).
 
 Stage 1 scores every server (a built-in category or an MCP server) against the request's
-server text; stage 2 scores the tools of the best `top_servers` against its tool text, and
-ranks them by a combination of the two scores: by default server_weight * server score +
-tool_weight * tool score, or MCP-Zero's (s * t) * max(s, t). Tools below `min_score` are
-dropped. When no server reaches `server_threshold`, the router searches all tools flat
-instead. Scores are cosine similarities in [0, 1], from one vector space shared by servers
-and tools.
+server text; stage 2 scores the tools of the best `top_servers` (more, until they hold
+`min_tools` tools) against its tool text, and ranks them by a combination of the two
+scores: by default server_weight * server score + tool_weight * tool score, or MCP-Zero's
+(s * t) * max(s, t). When no server reaches `server_threshold`, the router searches all
+tools flat instead. Scores are cosine similarities in [0, 1], from one vector space shared
+by servers and tools.
+
+A search always returns the best `top_tools`; `min_score` only decides "nothing here fits":
+when no returned tool's own lexical score reaches it, the answer is empty. With a semantic
+backend (static word embeddings), each stage ranks by both signals and fuses the two
+rankings by reciprocal rank (1 / (rrf_k + rank) summed), which needs no common scale.
 
 Building is one fit and a few sparse encodings, cheap enough to redo whenever tools change;
 a router answers a request it has seen from a small cache, which goes with the router
@@ -24,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from planner_app.discovery.backends import Backend, TfidfBackend, similarities
+from planner_app.discovery.backends import Backend, Encoder, TfidfBackend, similarities
 from planner_app.discovery.catalogue import Server, Tool
 
 
@@ -35,9 +40,11 @@ class Combination(StrEnum):
     PRODUCT = "product"  # (s * t) * max(s, t): MCP-Zero's; high only when both are high
 
 
-# The default threshold of each combination: a product of three similarities is about
-# their cube, so its scale is far below a weighted mean's.
-MIN_SCORES = {Combination.WEIGHTED: 0.1, Combination.PRODUCT: 0.001}
+# The "nothing here fits" gate on the best returned tool's lexical score, calibrated on
+# the tuning halves of StableToolBench and BFCL (bench/router.py --calibrate): the highest
+# value that still accepts 99% of the requests whose top 5 holds a right tool.
+DEFAULT_MIN_SCORE = 0.05
+DEFAULT_MIN_SEMANTIC_SCORE = 0.5
 
 
 class ServerScoring(StrEnum):
@@ -60,11 +67,19 @@ class RouterSettings:
     top_tools: int = 5
     # Below this stage-1 score a server is no match; with no match at all, search flat.
     server_threshold: float = 0.05
-    # The threshold filter: tools scoring below this (combined, or the tool score when flat)
-    # are not returned. None: the combination's default (MIN_SCORES). TF-IDF scores of a
-    # long request are low (a right tool often scores 0.1 to 0.2), so 0.1 only drops near
-    # misses; 0.15 costs a point of hit@5 (bench/README.md).
+    # Two-stage: keep more servers than top_servers until they hold this many tools, so a
+    # catalogue of one-tool servers still gives stage 2 enough to choose from (0: don't).
+    min_tools: int = 0
+    # The gate: when no returned tool's lexical score (its own or its server's similarity
+    # to the request) reaches this, nothing fits and nothing is returned. None: the default.
     min_score: float | None = None
+    # With a semantic signal, a request also fits when a returned tool's embedding
+    # similarity reaches this: a paraphrase shares no word with the tool it wants.
+    min_semantic_score: float = DEFAULT_MIN_SEMANTIC_SCORE
+    # Reciprocal-rank fusion's constant; 60 is the value of its paper, not tuned here.
+    rrf_k: int = 60
+    # The semantic ranking's weight in the fusion, the lexical one's being 1.
+    semantic_weight: float = 1.0
     combination: Combination = Combination.WEIGHTED
     server_scoring: ServerScoring = ServerScoring.JOINT
     # Requests remembered with their answers (least recently used first out); 0: none.
@@ -75,14 +90,18 @@ class RouterSettings:
         object.__setattr__(self, "combination", _choice(Combination, self.combination))
         object.__setattr__(self, "server_scoring", _choice(ServerScoring, self.server_scoring))
         if self.min_score is None:
-            object.__setattr__(self, "min_score", MIN_SCORES[self.combination])
+            object.__setattr__(self, "min_score", DEFAULT_MIN_SCORE)
         if self.server_weight < 0 or self.tool_weight < 0:
             raise ValueError("server_weight and tool_weight must not be negative")
         if self.server_weight + self.tool_weight <= 0:
             raise ValueError("server_weight + tool_weight must be positive")
         if self.top_servers < 1 or self.top_tools < 1:
             raise ValueError("top_servers and top_tools must be at least 1")
-        for name in ("server_threshold", "min_score"):
+        if self.semantic_weight < 0:
+            raise ValueError("semantic_weight must not be negative")
+        if self.min_tools < 0 or self.rrf_k < 1:
+            raise ValueError("min_tools must not be negative, rrf_k must be at least 1")
+        for name in ("server_threshold", "min_score", "min_semantic_score"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be between 0 and 1")
         if self.cache_size < 0:
@@ -110,7 +129,13 @@ class ToolMatch:
     description: str
     score: float
     server_score: float
-    tool_score: float
+    tool_score: float  # lexical, the gate's
+    semantic_score: float | None = None  # the embedding similarity, with a semantic backend
+
+    @property
+    def fit_score(self) -> float:
+        """Return what the "nothing fits" gate reads: the better lexical score, tool or server."""
+        return max(self.tool_score, self.server_score)
 
 
 @dataclass(frozen=True)
@@ -143,6 +168,11 @@ class Routing:
                     "score": round(match.score, 4),
                     "server_score": round(match.server_score, 4),
                     "tool_score": round(match.tool_score, 4),
+                    **(
+                        {"semantic_score": round(match.semantic_score, 4)}
+                        if match.semantic_score is not None
+                        else {}
+                    ),
                 }
                 for match in self.matches
             ],
@@ -211,37 +241,93 @@ def flat_document(server: Server, tool: Tool) -> str:
     return f"{server.name} {server.description} {tool_document(tool)}"
 
 
+def reciprocal_rank_fusion(
+    k: int, *signals: np.ndarray, weights: Sequence[float] | None = None
+) -> np.ndarray:
+    """Return each item's fused score: the sum over signals of w / (k + its rank there).
+
+    An item a signal scores 0 or less (no shared term, say) gets nothing from it, so a
+    lexical ranking's arbitrary tail does not count. Weights default to 1 each.
+    """
+    fused = np.zeros(len(signals[0]))
+    for scores, weight in zip(signals, weights or [1.0] * len(signals), strict=True):
+        ranks = np.empty(len(scores))
+        ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
+        fused += np.where(scores > 0, weight / (k + ranks), 0.0)
+    return fused
+
+
+class _Index:
+    """One signal's encoder and the catalogue's rows in its vector space."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        servers: Sequence[Server],
+        tools: Sequence[tuple[Server, Tool]],
+        scoring: ServerScoring,
+    ) -> None:
+        self.encoder = encoder
+        self.scoring = scoring
+        if scoring == ServerScoring.MAX:
+            self.own_rows = encoder.encode([server_own_document(s) for s in servers])
+            self.summary_rows = encoder.encode([tools_summary(s) for s in servers])
+        else:
+            self.server_rows = encoder.encode([server_document(s) for s in servers])
+        self.tool_rows = encoder.encode([tool_document(tool) for _, tool in tools])
+        self.flat_rows = encoder.encode([flat_document(s, t) for s, t in tools])
+
+    def server_scores(self, query: object) -> np.ndarray:
+        if self.scoring == ServerScoring.MAX:
+            own = similarities(self.own_rows, query)
+            return np.maximum(own, similarities(self.summary_rows, query))
+        return similarities(self.server_rows, query)
+
+    def encode_pair(self, tool_text: str, server_text: str) -> tuple[object, object]:
+        if tool_text == server_text:
+            query = self.encoder.encode_queries([tool_text])
+            return query, query
+        rows = self.encoder.encode_queries([tool_text, server_text])
+        return rows[0:1], rows[1:2]
+
+
 class ToolRouter:
-    """Find the tools a request asks for in a catalogue of servers, two-stage or flat."""
+    """Find the tools a request asks for in a catalogue of servers, two-stage or flat.
+
+    `backend` is the lexical signal (TF-IDF by default); `semantic`, when given, a second
+    signal whose ranking is fused with it (reciprocal rank).
+    """
 
     def __init__(
         self,
         servers: Sequence[Server],
         settings: RouterSettings | None = None,
         backend: Backend | None = None,
+        semantic: Backend | None = None,
     ) -> None:
         self.settings = settings or RouterSettings()
         self.backend = backend or TfidfBackend()
+        self.semantic = semantic
         self.servers = tuple(server for server in servers if server.tools)
         self._tools = [(server, tool) for server in self.servers for tool in server.tools]
         self._tool_server = np.array(
             [i for i, server in enumerate(self.servers) for _ in server.tools], dtype=np.intp
         )
-        tool_docs = [tool_document(tool) for _, tool in self._tools]
-        # The vocabulary comes from the tools and from the servers' own names and descriptions
-        # (once each, so a server's name is not discounted for every tool it has).
-        own_docs = [f"{server.name} {server.description}" for server in self.servers]
-        self._encoder = self.backend.fit(tool_docs + own_docs)
+        self._server_sizes = np.array([len(server.tools) for server in self.servers])
         self.cache = RoutingCache(self.settings.cache_size)
+        self._semantic: _Index | None = None
         if not self._tools:
             return
-        if self.settings.server_scoring == ServerScoring.MAX:
-            self._own_rows = self._encoder.encode([server_own_document(s) for s in self.servers])
-            self._summary_rows = self._encoder.encode([tools_summary(s) for s in self.servers])
-        else:
-            self._server_rows = self._encoder.encode([server_document(s) for s in self.servers])
-        self._tool_rows = self._encoder.encode(tool_docs)
-        self._flat_rows = self._encoder.encode([flat_document(s, t) for s, t in self._tools])
+        # The vocabulary comes from the tools and from the servers' own names and descriptions
+        # (once each, so a server's name is not discounted for every tool it has).
+        tool_docs = [tool_document(tool) for _, tool in self._tools]
+        own_docs = [f"{server.name} {server.description}" for server in self.servers]
+        scoring = self.settings.server_scoring
+        encoder = self.backend.fit(tool_docs + own_docs)
+        self._lexical = _Index(encoder, self.servers, self._tools, scoring)
+        if semantic is not None:
+            semantic_encoder = semantic.fit(tool_docs + own_docs)
+            self._semantic = _Index(semantic_encoder, self.servers, self._tools, scoring)
 
     @property
     def tool_count(self) -> int:
@@ -273,27 +359,53 @@ class ToolRouter:
     def _search(self, tool: str, server: str, limit: int | None) -> Routing:
         if not self._tools:
             return Routing(RouteMode.TWO_STAGE, ())
-        settings = self.settings
         tool_text, server_text = tool.strip() or server, server.strip() or tool
-        tool_query, server_query = self._encode_pair(tool_text, server_text)
-        server_scores = self._server_scores(server_query)
-        kept = np.argsort(-server_scores, kind="stable")[: settings.top_servers]
-        kept = kept[server_scores[kept] >= max(settings.server_threshold, 1e-9)]
-        if kept.size == 0:
+        tool_query, server_query = self._lexical.encode_pair(tool_text, server_text)
+        server_scores = self._lexical.server_scores(server_query)
+        if server_scores.max(initial=0.0) < max(self.settings.server_threshold, 1e-9):
             return self._flat(tool_text, server_text, limit, RouteMode.FLAT_FALLBACK)
+        semantic_tool_query = semantic_server_scores = None
+        ranking = server_scores
+        if self._semantic is not None:
+            semantic_tool_query, semantic_server_query = self._semantic.encode_pair(
+                tool_text, server_text
+            )
+            semantic_server_scores = self._semantic.server_scores(semantic_server_query)
+            ranking = self._fuse(server_scores, semantic_server_scores)
+        kept = self._kept_servers(ranking, server_scores)
         candidates = np.flatnonzero(np.isin(self._tool_server, kept))
-        tool_scores = similarities(self._tool_rows[candidates], tool_query)
-        own_server_scores = server_scores[self._tool_server[candidates]]
-        combined = self._combine(own_server_scores, tool_scores)
-        matches = self._best(candidates, combined, own_server_scores, tool_scores, limit)
+        own_servers = self._tool_server[candidates]
+        tool_scores = similarities(self._lexical.tool_rows[candidates], tool_query)
+        combined = self._combine(server_scores[own_servers], tool_scores)
+        semantic_scores = None
+        if self._semantic is not None:
+            semantic_scores = similarities(
+                self._semantic.tool_rows[candidates], semantic_tool_query
+            )
+            semantic_combined = self._combine(semantic_server_scores[own_servers], semantic_scores)
+            combined = self._fuse(combined, semantic_combined)
+        matches = self._best(
+            candidates, combined, server_scores[own_servers], tool_scores, semantic_scores, limit
+        )
         kept_servers = tuple((self.servers[i].name, float(server_scores[i])) for i in kept)
         return Routing(RouteMode.TWO_STAGE, matches, kept_servers)
 
-    def _server_scores(self, query: object) -> np.ndarray:
-        if self.settings.server_scoring == ServerScoring.MAX:
-            own = similarities(self._own_rows, query)
-            return np.maximum(own, similarities(self._summary_rows, query))
-        return similarities(self._server_rows, query)
+    def _fuse(self, lexical: np.ndarray, semantic: np.ndarray) -> np.ndarray:
+        weights = (1.0, self.settings.semantic_weight)
+        return reciprocal_rank_fusion(self.settings.rrf_k, lexical, semantic, weights=weights)
+
+    def _kept_servers(self, ranking: np.ndarray, lexical_scores: np.ndarray) -> np.ndarray:
+        """Return stage 1's servers: the best top_servers, more until min_tools are held.
+
+        Without a semantic signal, a server that shares no word with the request is never
+        kept (its rank among the zeros would be arbitrary).
+        """
+        order = np.argsort(-ranking, kind="stable")
+        if self._semantic is None:
+            order = order[lexical_scores[order] >= max(self.settings.server_threshold, 1e-9)]
+        held = np.cumsum(self._server_sizes[order])
+        enough = int(np.searchsorted(held, self.settings.min_tools)) + 1
+        return order[: max(self.settings.top_servers, enough)]
 
     def _combine(self, server_scores: np.ndarray, tool_scores: np.ndarray) -> np.ndarray:
         """Return the stage-2 scores of tools from their server's and their own scores."""
@@ -307,17 +419,31 @@ class ToolRouter:
         self, tool_text: str, server_text: str, limit: int | None, mode: RouteMode
     ) -> Routing:
         text = tool_text if server_text in ("", tool_text) else f"{server_text} {tool_text}"
-        scores = similarities(self._flat_rows, self._encoder.encode_queries([text]))
+        scores = similarities(self._lexical.flat_rows, self._lexical.encoder.encode_queries([text]))
+        lexical, semantic = scores, None
+        if self._semantic is not None:
+            query = self._semantic.encoder.encode_queries([text])
+            semantic = similarities(self._semantic.flat_rows, query)
+            scores = self._fuse(lexical, semantic)
         everything = np.arange(len(self._tools))
         no_server_scores = np.zeros(len(self._tools))
-        return Routing(mode, self._best(everything, scores, no_server_scores, scores, limit))
+        matches = self._best(everything, scores, no_server_scores, lexical, semantic, limit)
+        return Routing(mode, matches)
 
-    def _encode_pair(self, tool_text: str, server_text: str) -> tuple[object, object]:
-        if tool_text == server_text:
-            query = self._encoder.encode_queries([tool_text])
-            return query, query
-        rows = self._encoder.encode_queries([tool_text, server_text])
-        return rows[0:1], rows[1:2]
+    def _fits(
+        self,
+        order: np.ndarray,
+        tool_scores: np.ndarray,
+        server_scores: np.ndarray,
+        semantic_scores: np.ndarray | None,
+    ) -> bool:
+        """Return whether anything in the answer fits the request (the gate)."""
+        fit = np.maximum(tool_scores[order], server_scores[order]).max()
+        if fit >= (self.settings.min_score or 0.0):
+            return True
+        if semantic_scores is None:
+            return False
+        return bool(semantic_scores[order].max() >= self.settings.min_semantic_score)
 
     def _best(
         self,
@@ -325,29 +451,32 @@ class ToolRouter:
         scores: np.ndarray,
         server_scores: np.ndarray,
         tool_scores: np.ndarray,
+        semantic_scores: np.ndarray | None,
         limit: int | None,
     ) -> tuple[ToolMatch, ...]:
-        """Return the `limit` best candidates above min_score, highest score first."""
+        """Return the `limit` best candidates, highest score first; none when nothing fits.
+
+        A candidate scoring 0 (no signal found anything in common) is never returned;
+        when no returned tool's fit score (ToolMatch.fit_score) reaches min_score, nothing is.
+        """
         limit = limit or self.settings.top_tools
-        floor = max(self.settings.min_score or 0.0, 1e-9)
         if len(scores) > limit:
             order = np.argpartition(-scores, limit - 1)[:limit]
             order = order[np.argsort(-scores[order], kind="stable")]
         else:
             order = np.argsort(-scores, kind="stable")
-        matches = []
-        for i in order:
-            if scores[i] < floor:
-                break
-            server, tool = self._tools[candidates[i]]
-            matches.append(
-                ToolMatch(
-                    server=server.name,
-                    tool=tool.name,
-                    description=tool.description,
-                    score=float(scores[i]),
-                    server_score=float(server_scores[i]),
-                    tool_score=float(tool_scores[i]),
-                )
+        order = order[scores[order] > 0]
+        if order.size == 0 or not self._fits(order, tool_scores, server_scores, semantic_scores):
+            return ()
+        return tuple(
+            ToolMatch(
+                server=self._tools[candidates[i]][0].name,
+                tool=self._tools[candidates[i]][1].name,
+                description=self._tools[candidates[i]][1].description,
+                score=float(scores[i]),
+                server_score=float(server_scores[i]),
+                tool_score=float(tool_scores[i]),
+                semantic_score=None if semantic_scores is None else float(semantic_scores[i]),
             )
-        return tuple(matches)
+            for i in order
+        )

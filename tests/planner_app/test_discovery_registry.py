@@ -9,6 +9,7 @@ import pytest
 
 from planner_app.discovery import RouterSettings
 from planner_app.discovery.registry import RegistryRouter, catalogue_from_specs, get_router
+from planner_app.discovery.router import DEFAULT_MIN_SCORE
 from tools_app import runtime
 from tools_app.models import ToolSetting
 from tools_app.registry import ToolRegistry
@@ -135,7 +136,7 @@ def test_the_sites_router_takes_its_settings_from_django(settings: Any) -> None:
     router = get_router()
     routing = router.search("hash a text with sha256")
     assert (router.settings.top_tools, router.settings.combination) == (1, "product")
-    assert router.settings.min_score == 0.001
+    assert router.settings.min_score == DEFAULT_MIN_SCORE  # one gate for either combination
     assert routing.tool_names == ["hash_tool"]
     settings.ARES_ROUTER_TOP_TOOLS = 3
     settings.ARES_ROUTER_COMBINATION = "weighted"

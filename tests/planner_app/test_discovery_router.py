@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from planner_app.discovery import (
@@ -22,6 +23,7 @@ from planner_app.discovery.backends import (
     TfidfBackend,
     make_backend,
 )
+from planner_app.discovery.router import DEFAULT_MIN_SCORE, reciprocal_rank_fusion
 from planner_app.discovery.text import analyze, analyze_with_pairs, stem
 
 CATALOGUE = (
@@ -284,28 +286,54 @@ def test_it_uses_the_tool_weight_alone_when_the_server_weight_is_zero() -> None:
         assert match.score == pytest.approx(match.tool_score)
 
 
-def test_it_drops_matches_below_the_minimum_score(router: ToolRouter) -> None:
-    picky = ToolRouter(CATALOGUE, RouterSettings(min_score=0.4))
+def test_it_returns_the_top_k_even_when_some_score_under_the_gate() -> None:
+    gated = ToolRouter(CATALOGUE, RouterSettings(min_score=0.3))
+    routing = gated.search_flat("a file with the events")
+    assert len(routing.matches) == 5  # a cut at 0.3 per tool would keep 3
+    assert routing.matches[0].fit_score >= 0.3 > routing.matches[-1].fit_score
+
+
+def test_it_returns_nothing_when_no_tool_reaches_the_gate(router: ToolRouter) -> None:
     every = router.search("list events").matches
-    kept = picky.search("list events").matches
-    assert kept == tuple(match for match in every if match.score >= 0.4)
-    assert 0 < len(kept) < len(every)
+    best_lexical = max(match.fit_score for match in every)
+    assert (
+        ToolRouter(CATALOGUE, RouterSettings(min_score=best_lexical)).search("list events").matches
+        == every
+    )
+    assert (
+        ToolRouter(CATALOGUE, RouterSettings(min_score=best_lexical + 0.01))
+        .search("list events")
+        .matches
+        == ()
+    )
 
 
-def test_it_drops_tools_below_the_default_threshold(router: ToolRouter) -> None:
-    loose = ToolRouter(CATALOGUE, RouterSettings(min_score=0.0))
-    every = loose.search("create an event with attendees").matches
-    kept = router.search("create an event with attendees").matches
-    assert RouterSettings().min_score == 0.1
-    assert kept == tuple(match for match in every if match.score >= 0.1)
-    assert len(kept) < len(every)
+def test_the_gate_defaults_to_its_calibrated_value() -> None:
+    assert RouterSettings().min_score == DEFAULT_MIN_SCORE == 0.05
+    assert RouterSettings(combination="product").min_score == DEFAULT_MIN_SCORE
+
+
+def test_it_keeps_servers_until_they_hold_min_tools() -> None:
+    servers = [
+        Server(f"s{i}", "", (Tool(f"convert_unit_{i}", "Convert a unit."),)) for i in range(8)
+    ]
+    three = ToolRouter(servers, RouterSettings(top_servers=3)).search("convert a unit")
+    six = ToolRouter(servers, RouterSettings(top_servers=3, min_tools=6)).search("convert a unit")
+    assert (len(three.servers), len(three.matches)) == (3, 3)
+    assert (len(six.servers), len(six.matches)) == (6, 5)
+
+
+def test_reciprocal_rank_fusion_sums_the_inverse_ranks_and_skips_zero_scores() -> None:
+    lexical = np.array([0.9, 0.0, 0.5])
+    semantic = np.array([0.1, 0.8, 0.3])
+    fused = reciprocal_rank_fusion(60, lexical, semantic)
+    assert fused == pytest.approx([1 / 61 + 1 / 63, 1 / 61, 1 / 62 + 1 / 62])
 
 
 def test_it_ranks_by_the_product_of_scores_when_asked() -> None:
     product = ToolRouter(CATALOGUE, RouterSettings(combination="product"))
     matches = product.search("delete an event", server="calendar").matches
     assert product.settings.combination == Combination.PRODUCT
-    assert product.settings.min_score == 0.001  # the product's scale is about a cube's
     assert matches[0].tool == "deleteEvent"
     for match in matches:
         s, t = match.server_score, match.tool_score
