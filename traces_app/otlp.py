@@ -984,20 +984,26 @@ def _name(value: Any) -> str:
     return _CONTROL_CHARS.sub(" ", _text(value)).strip()[:_NAME_MAX]
 
 
-_JSON_SCALAR = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?|true|false|null")
+_JSON_SCALAR = re.compile(
+    r'-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?|true|false|null|"([^"\\]|\\.)*"', re.DOTALL
+)
 
 
 def _decoded(value: Any, scalars: bool = False) -> Any:
     """Return a JSON object or array sent as text decoded; other values unchanged.
 
     Producers send arguments and results as JSON strings (attributes hold no objects).
-    With `scalars`, a text that is a JSON number, true, false or null is decoded too: what
-    producers that encode "JSON unless a string" (GenAI, LangChain, OpenInference's
-    decorators) make of a tool's number or boolean. Text that does not decode, or nests
-    deeper than bodies accept, stays text.
+    With `scalars`, a text that is a whole JSON number, true, false, null or quoted string
+    is decoded too: what producers that encode "JSON unless a string" (GenAI, LangChain,
+    OpenInference's decorators) make of a tool's number or boolean, and what agents that
+    JSON-encode every result make of a text. Text that does not decode, or nests deeper
+    than bodies accept, stays text.
     """
     if scalars and isinstance(value, str) and _JSON_SCALAR.fullmatch(value.strip()):
-        return json.loads(value)
+        try:
+            return json.loads(value)
+        except ValueError:  # a quoted string with an escape JSON does not know
+            return value
     if not isinstance(value, str) or value.lstrip()[:1] not in ("{", "["):
         return value
     try:

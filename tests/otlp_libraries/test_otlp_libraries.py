@@ -73,6 +73,17 @@ LIBRARIES = {
         descriptions=False,
         tool_type="function",
     ),  # fmt: skip
+    "openllmetry-openai": Library(
+        "openllmetry_openai.py",
+        ("opentelemetry-instrumentation-openai", "openai"),
+        {
+            "openai.chat": "llm",
+            "execute_tool get_weather": "tool",
+            "execute_tool add": "tool",
+            f"invoke_agent {AGENT}": "agent",
+        },
+        tool_type="function",
+    ),  # fmt: skip
     "traceloop-sdk": Library(
         "traceloop_sdk.py",
         ("traceloop-sdk", "opentelemetry-instrumentation-openai", "openai"),

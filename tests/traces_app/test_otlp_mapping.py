@@ -272,3 +272,23 @@ def test_it_reads_the_tool_type_and_description():
     ).item  # fmt: skip
 
     assert (item.tool_type, item.tool_description) == ("datastore", "Looks it up")
+
+
+@pytest.mark.parametrize(
+    ("sent", "stored"),
+    [
+        ('"It is \\"sunny\\""', 'It is "sunny"'),  # a text JSON-encoded by the agent
+        ("42", 42),
+        ("true", True),
+        ('"unterminated', '"unterminated'),
+        ('"bad \\q escape"', '"bad \\q escape"'),
+    ],
+)
+def test_it_decodes_a_genai_result_that_is_a_whole_json_value(sent, stored):
+    reading = read_span(
+        span({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+              "gen_ai.tool.call.result": sent}),
+        RESOURCE,
+    )  # fmt: skip
+
+    assert reading.item.result == stored
