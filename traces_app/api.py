@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
-from django.db.models import F, Q, QuerySet, Window
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
@@ -21,8 +21,16 @@ from pydantic import ValidationError
 from traces_app.api_errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.auth import ApiKeyAuth, key_or_staff
 from traces_app.bodies import read_json_body
-from traces_app.models import Invocation, OtlpProducer, Trace, tool_stats, traces_holding
-from traces_app.paging import BadCursor, keyset_page
+from traces_app.models import (
+    Invocation,
+    OtlpProducer,
+    RollupMark,
+    ToolRollup,
+    Trace,
+    tool_stats,
+    traces_holding,
+)
+from traces_app.paging import NEWEST_FIRST, BadCursor, SortKey, keyset_page
 from traces_app.schemas import (
     TRACE_ID_PATTERN,
     BatchOut,
@@ -200,18 +208,110 @@ class TimeFilter(FilterSchema):
     )
 
 
+NameMatch = Literal["exact", "prefix", "contains"]
+# A name filter that matches more tools than this is refused rather than run (see matching_tools).
+MAX_MATCHED_TOOLS = 50
+
+
 class TraceFilter(TimeFilter):
-    q: Annotated[str | None, FilterLookup("request_text__icontains")] = Field(
-        None, description="Text in the request"
+    q: str | None = Field(
+        None,
+        description="Text (any case) in the request, or in a span's error message, tool name "
+        "or arguments",
     )
-    tool: str | None = Field(None, description="Traces that called this tool")
+    tool: str | None = Field(None, description="Traces that called this tool (see match)")
     chosen_by: str | None = Field(None, description="Traces with a span chosen by llm/planner/...")
+    match: NameMatch = Field(
+        "exact",
+        description="How agent and tool match: the exact name, a prefix, or text it contains "
+        "(prefix and contains ignore case)",
+    )
+
+    def filter_match(self, value: str) -> Q:
+        return Q()  # read by filter_agent and filter_tool
+
+    def filter_agent(self, value: str | None) -> Q:
+        if not value:
+            return Q()
+        lookup = {"exact": "agent", "prefix": "agent__istartswith", "contains": "agent__icontains"}
+        return Q(**{lookup[self.match]: value})
 
     def filter_tool(self, value: str | None) -> Q:
-        return traces_holding(self.since, tool_name=value) if value else Q()
+        if not value:
+            return Q()
+        if self.match == "exact":
+            return traces_holding(self.since, tool_name=value)
+        tools = matching_tools(self.match, value, self.since, self.until, MAX_MATCHED_TOOLS)
+        return _holding_any(self.since, tools)
 
     def filter_chosen_by(self, value: str | None) -> Q:
         return traces_holding(self.since, chosen_by=value) if value else Q()
+
+    def filter_q(self, value: str | None) -> Q:
+        """Return traces whose request holds the text, or with a span that holds it.
+
+        A span holds it in its error message or arguments (trigram indexes on PostgreSQL,
+        migration 0011), or in its tool name, matched against the names the hourly rollups
+        know, then found by the tool index. Spans start no earlier than their trace.
+        """
+        if not value:
+            return Q()
+        spans = Invocation.objects.filter(
+            Q(error_message__icontains=value) | Q(arguments__icontains=value)
+        )
+        tools = matching_tools("contains", value, self.since, self.until, limit=None)
+        if tools:
+            spans = Invocation.objects.filter(
+                Q(error_message__icontains=value)
+                | Q(arguments__icontains=value)
+                | Q(tool_name__in=tools)
+            )
+        if self.since is not None:
+            spans = spans.filter(started_at__gte=self.since)
+        # Two id sets, not `request_text ILIKE ... OR pk IN (...)`: PostgreSQL then finds the
+        # requests by their trigram index too, instead of matching every trace in the range.
+        requests = Trace.objects.filter(request_text__icontains=value)
+        if self.since is not None:
+            requests = requests.filter(started_at__gte=self.since)
+        return Q(pk__in=requests.values("pk")) | Q(pk__in=spans.values("trace_id"))
+
+
+def matching_tools(
+    match: NameMatch,
+    text: str,
+    since: Any,
+    until: Any,
+    limit: int | None,
+) -> list[str]:
+    """Return the tool names (from the hourly rollups of the range) that a prefix or text matches.
+
+    The rollups hold one row per tool and hour, and the rollup marks name the tools of
+    spans not counted yet, so this stays small however many spans are stored and misses
+    none; the names then use the span index on tool_name. Raises HttpError(422)
+    when more than `limit` tools match, rather than run a query on all of them.
+    """
+    lookup = "tool_name__istartswith" if match == "prefix" else "tool_name__icontains"
+    names: set[str] = set()
+    # The marks name the tools of spans the rollups have not counted yet.
+    for model in (ToolRollup, RollupMark):
+        hours = model.objects.filter(**{lookup: text})
+        if since is not None:
+            hours = hours.filter(bucket_start__gte=since.replace(minute=0, second=0, microsecond=0))
+        if until is not None:
+            hours = hours.filter(bucket_start__lt=until)
+        names.update(hours.order_by().values_list("tool_name", flat=True).distinct())
+    names.discard("")
+    if limit is not None and len(names) > limit:
+        raise HttpError(422, f"tool: {text!r} matches {len(names)} tools; at most {limit}")
+    return sorted(names)
+
+
+def _holding_any(since: Any, tools: list[str]) -> Q:
+    """Return traces holding a span of any of these tools (none: no trace)."""
+    condition = Q(pk__in=[])
+    for tool in tools:
+        condition |= traces_holding(since, tool_name=tool)
+    return condition
 
 
 class InvocationFilter(TimeFilter):
@@ -222,10 +322,44 @@ class InvocationFilter(TimeFilter):
     trace_id: str | None = None
 
 
-def paginate_by_start(queryset: QuerySet, page: PageQuery) -> tuple[list[Any], str | None]:
+# The orders a trace list can take: each pages on (its key, pk), see traces_app.paging.
+TraceSort = Literal["-started", "started", "-duration", "-tokens", "-cost", "-spans", "-failed"]
+TRACE_SORTS: dict[str, tuple[SortKey, str]] = {
+    "-started": (NEWEST_FIRST, "newest first"),
+    "started": (SortKey("started_at", descending=False), "oldest first"),
+    "-duration": (SortKey("duration", kind="duration"), "longest first"),
+    "-tokens": (SortKey("tokens", kind="number"), "most tokens first"),
+    "-cost": (SortKey("cost_usd", kind="number"), "most expensive first"),
+    "-spans": (SortKey("span_count", kind="number"), "most spans first"),
+    "-failed": (SortKey("failed_calls", kind="number"), "most failed calls first"),
+}
+
+
+def sorted_traces(traces: QuerySet, sort: str) -> tuple[QuerySet, SortKey]:
+    """Return the traces with the value a sort pages on, and that sort's key."""
+    key, _ = TRACE_SORTS[sort]
+    if key.field == "duration":
+        duration = ExpressionWrapper(F("ended_at") - F("started_at"), output_field=DurationField())
+        traces = traces.annotate(duration=duration)
+    elif key.field == "tokens":
+        traces = traces.annotate(tokens=F("input_tokens") + F("output_tokens"))
+    return traces, key
+
+
+class SortQuery(Schema):
+    sort: TraceSort = Field(
+        "-started",
+        description="The order: -started (newest first), started, -duration, -tokens, -cost, "
+        "-spans, -failed; a cursor pages in the order it came from",
+    )
+
+
+def paginate_by_start(
+    queryset: QuerySet, page: PageQuery, key: SortKey = NEWEST_FIRST
+) -> tuple[list[Any], str | None]:
     """Return one page, newest first, and the cursor of the next page (see traces_app.paging)."""
     try:
-        found = keyset_page(queryset, page.limit, after=page.cursor)
+        found = keyset_page(queryset, page.limit, after=page.cursor, key=key)
     except BadCursor:
         raise HttpError(422, "cursor is not one this API returned") from None
     return found.rows, found.next_cursor
@@ -243,11 +377,13 @@ def list_traces(
     filters: Query[TraceFilter],
     page: Query[PageQuery],
     include: Query[IncludeQuery],
+    order: Query[SortQuery],
 ) -> dict[str, Any]:
-    """List traces, newest first; with include=spans, each with its spans in time order."""
+    """List traces, newest first or in another order; with include=spans, with their spans."""
     if include.include == "spans" and page.limit > TRACES_WITH_SPANS:
         raise HttpError(422, f"limit: at most {TRACES_WITH_SPANS} traces a page with include=spans")
-    items, next_cursor = paginate_by_start(filters.filter(Trace.objects.all()), page)
+    traces, key = sorted_traces(filters.filter(Trace.objects.all()), order.sort)
+    items, next_cursor = paginate_by_start(traces, page, key)
     if include.include == "spans":
         attach_spans(items, include.spans_limit)
     return {"items": items, "next_cursor": next_cursor}

@@ -7,30 +7,64 @@ from __future__ import annotations
 
 from django import forms
 from django.db.models import QuerySet
+from ninja.errors import HttpError
 
-from traces_app.api import TraceFilter
+from traces_app.api import TRACE_SORTS, TraceFilter, sorted_traces
 from traces_app.models import ChosenBy, SpiralKind, SpiralResolution, TraceStatus
+from traces_app.paging import SortKey
 from traces_app.ranges import TimeRange
 
 ANY = [("", "any")]
 
 
+MATCHES = [("contains", "contains"), ("prefix", "starts with"), ("exact", "is exactly")]
+
+
 class TraceFilterForm(forms.Form):
     agent = forms.CharField(max_length=200, required=False)
     tool = forms.CharField(max_length=200, required=False)
+    match = forms.ChoiceField(choices=MATCHES, required=False, label="Agent and tool names")
     status = forms.ChoiceField(choices=ANY + TraceStatus.choices, required=False)
     chosen_by = forms.ChoiceField(choices=ANY + ChosenBy.choices, required=False, label="Who chose")
-    q = forms.CharField(max_length=200, required=False, label="Request contains")
+    q = forms.CharField(max_length=200, required=False, label="Search")
+    sort = forms.ChoiceField(
+        choices=[(key, label) for key, (_, label) in TRACE_SORTS.items()],
+        required=False,
+        label="Order",
+    )
 
     def filter(self, traces: QuerySet, time_range: TimeRange) -> QuerySet:
-        """Return the traces started in the range that pass the valid filters.
+        """Return the traces started in the range that pass the valid filters, in the order asked.
 
         The REST API's TraceFilter does the work, so the page and GET /api/v1/traces
-        agree on what every filter means.
+        agree on what every filter means; only the page matches names by "contains" unless
+        told otherwise, as an operator types part of a name.
         """
         self.is_valid()
         values = {name: value for name, value in self.cleaned_data.items() if value}
+        values.pop("sort", None)
+        values.setdefault("match", "contains")
+        try:
+            found = self._filtered(traces, time_range, values)
+        except HttpError as exc:  # a name that matches too many tools
+            self.add_error("tool", exc.message)
+            values.pop("tool", None)
+            found = self._filtered(traces, time_range, values)
+        return sorted_traces(found, self.order)[0]
+
+    @staticmethod
+    def _filtered(traces: QuerySet, time_range: TimeRange, values: dict[str, str]) -> QuerySet:
         return TraceFilter(since=time_range.since, until=time_range.until, **values).filter(traces)
+
+    @property
+    def order(self) -> str:
+        """Return the valid sort asked for, or newest first."""
+        cleaned = getattr(self, "cleaned_data", {})
+        return cleaned.get("sort") or "-started"
+
+    @property
+    def sort_key(self) -> SortKey:
+        return TRACE_SORTS[self.order][0]
 
 
 class SpiralFilterForm(forms.Form):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.admin.views.decorators import staff_member_required
-from django.db.models import Model, QuerySet
+from django.db.models import Count, Model, Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
@@ -13,8 +13,8 @@ from django.utils import timezone
 from traces_app import timeline
 from traces_app.dashboards import fresh_range_context
 from traces_app.forms import SpiralFilterForm, TraceFilterForm, error_messages
-from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace
-from traces_app.paging import BadCursor, KeysetPage, keyset_page
+from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace, TraceStatus
+from traces_app.paging import NEWEST_FIRST, BadCursor, KeysetPage, SortKey, keyset_page
 from traces_app.ranges import TimeRange
 
 PAGE_SIZE = 50
@@ -24,12 +24,27 @@ PAGE_SIZE = 50
 def traces(request: HttpRequest) -> HttpResponse:
     """List the traces of a time range that pass the filters, newest first, a page at a time."""
     context = _filtered_page(request, TraceFilterForm, Trace.objects.all())
+    form: TraceFilterForm = context["form"]
     context.update(
         rows=timeline.trace_rows(context["page"].rows),
+        totals=_trace_totals(context["matching"]),
+        sort=form.order,
+        sort_query=_without(request, "after", "before", "sort"),
         agents=_known(SpanRollup, "agent", context["time_range"]),
         tools=_known(ToolRollup, "tool_name", context["time_range"]),
     )
     return render(request, "traces_app/traces.html", context)
+
+
+def _trace_totals(traces: QuerySet) -> dict[str, Any]:
+    """Return how many traces match, and their failures, tokens and cost, in one query."""
+    return traces.order_by().aggregate(
+        traces=Count("pk"),
+        failed=Count("pk", filter=Q(status=TraceStatus.ERROR)),
+        input_tokens=Sum("input_tokens", default=0),
+        output_tokens=Sum("output_tokens", default=0),
+        cost_usd=Sum("cost_usd", default=0.0),
+    )
 
 
 def _filtered_page(
@@ -38,12 +53,15 @@ def _filtered_page(
     """Return a list page's context: its range, filter form and errors, and one page of rows."""
     context = fresh_range_context(request.GET, timezone.now())
     form = form_class(request.GET)
-    page, cursor_error = _page(form.filter(rows, context["time_range"]), request.GET)
+    matching = form.filter(rows, context["time_range"])
+    key = form.sort_key if isinstance(form, TraceFilterForm) else NEWEST_FIRST
+    page, cursor_error = _page(matching, request.GET, key)
     context.update(
         form=form,
         filter_errors=error_messages(form) + cursor_error,
         page=page,
-        page_query=_without_cursor(request),
+        matching=matching,
+        page_query=_without(request, "after", "before"),
     )
     return context
 
@@ -90,20 +108,22 @@ def spiral_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "traces_app/spiral_detail.html", context)
 
 
-def _page(queryset: QuerySet, params: QueryDict) -> tuple[KeysetPage, list[str]]:
+def _page(
+    queryset: QuerySet, params: QueryDict, key: SortKey = NEWEST_FIRST
+) -> tuple[KeysetPage, list[str]]:
     """Return the page the query string's cursor asks for; the first one for a bad cursor."""
     try:
         return keyset_page(
-            queryset, PAGE_SIZE, after=params.get("after"), before=params.get("before")
+            queryset, PAGE_SIZE, after=params.get("after"), before=params.get("before"), key=key
         ), []
     except BadCursor as exc:
-        return keyset_page(queryset, PAGE_SIZE), [f"Page: {exc}; showing the newest page."]
+        return keyset_page(queryset, PAGE_SIZE, key=key), [f"Page: {exc}; showing the first page."]
 
 
-def _without_cursor(request: HttpRequest) -> str:
-    """Return the page's query string without its cursor, for the pager's links."""
+def _without(request: HttpRequest, *names: str) -> str:
+    """Return the page's query string without some parameters (its cursor), for links."""
     params = request.GET.copy()
-    for name in ("after", "before"):
+    for name in names:
         params.pop(name, None)
     return params.urlencode()
 

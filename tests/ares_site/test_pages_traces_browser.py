@@ -74,9 +74,9 @@ def test_it_filters_traces_and_draws_a_trace_waterfall(
     assert page.locator("#traces tbody tr").count() == 2
     screenshot(page, "traces")
 
-    page.fill("#trace-filters input[name=agent]", "research-bot")
+    page.fill("#trace-filters input[name=agent]", "research")  # part of the name is enough
     page.click("#trace-filters button[type=submit]")
-    page.wait_for_url("**agent=research-bot**")
+    page.wait_for_url("**agent=research**")
     rows = page.locator("#traces tbody tr")
     assert rows.count() == 1
     assert "Find articles about MCP" in rows.first.inner_text()
@@ -194,4 +194,44 @@ def test_it_picks_a_span_from_the_tree_and_the_waterfall(staff_page: Any, live_s
     page.reload()  # the address names the span: it stays picked
     page.wait_for_selector(f"#waterfall {RENDERED}")
     assert "web_search" in page.locator(visible).inner_text()
+    assert_stayed_local(page, live_server)
+
+
+def test_it_searches_sorts_and_keeps_each_request_on_one_line(
+    staff_page: Any, live_server: Any
+) -> None:
+    long_request = "Compare the quarterly revenue of every subsidiary " * 6
+    record(
+        *agent_trace("math-tutor", "calculator", long_request, 0),
+        make_span(tool_name="web_search", status="error", error_kind="timeout",
+                  error_message="upstream mirror-7 timed out", result=None, started_at=at(20),
+                  cost_usd=3.5),
+    )  # fmt: skip
+    page = staff_page
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{live_server.url}/traces/")
+    cell = page.locator("#traces td.request").last
+    row_height = cell.bounding_box()["height"]
+    line = page.evaluate("parseFloat(getComputedStyle(document.body).lineHeight)")
+    assert row_height < 2.5 * line  # no cell of the row wraps to 3 lines
+    # The request's text takes one line box; the whole text is in the title.
+    lines = cell.evaluate(
+        "td => { const r = document.createRange(); r.selectNodeContents(td);"
+        " return new Set(Array.from(r.getClientRects(), b => Math.round(b.top))).size; }"
+    )
+    assert lines == 1
+    assert cell.get_attribute("title").startswith("Compare the quarterly")
+    assert page.locator("#total-traces").inner_text() == "2"
+
+    page.fill("#trace-filters input[name=q]", "mirror-7")  # in an error message only
+    page.click("#trace-filters button[type=submit]")
+    page.wait_for_url("**q=mirror-7**")
+    assert page.locator("#traces tbody tr").count() == 1
+    assert "web_search" in page.locator("#traces td.tools-used").inner_text()
+
+    page.click("#trace-filters a:has-text('Clear filters')")
+    page.click("#traces th a.sort:has-text('Cost')")
+    page.wait_for_url("**sort=-cost**")
+    assert page.locator("#traces td.cost").first.inner_text() == "3.5000"
+    assert page.locator("#traces th[aria-sort=descending]").inner_text().startswith("Cost")
     assert_stayed_local(page, live_server)

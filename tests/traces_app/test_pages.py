@@ -45,7 +45,9 @@ def traces(db: None) -> dict[str, str]:
         make_span(trace_id=ids["T1"], agent="alpha", tool_name="web_search", chosen_by="llm",
                   request_text="Summarise the QUARTERLY report", started_at=at(0)),
         make_span(trace_id=ids["T1"], agent="alpha", tool_name="calculator", chosen_by="planner",
-                  status="error", error_kind="timeout", result=None, started_at=at(1)),
+                  status="error", error_kind="timeout", result=None, started_at=at(1),
+                  error_message="the tool timed out after 30 s", arguments={"expression": "2+3"},
+                  cost_usd=0.25, input_tokens=1000),
         make_span(trace_id=ids["T2"], agent="beta", tool_name="web_search", chosen_by="workflow",
                   request_text="find cheap flights", started_at=at(20)),
         make_span(trace_id=ids["T3"], agent="beta", kind="llm", tool_name="", chosen_by=None,
@@ -137,6 +139,19 @@ def test_it_refuses_users_who_are_not_staff(client: Client, django_user_model: A
         pytest.param({"q": "quarterly"}, {"T1"}, id="request text, any case"),
         pytest.param({"agent": "beta", "tool": "web_search"}, {"T2"}, id="agent and tool"),
         pytest.param({"agent": "nobody"}, set(), id="no match"),
+        pytest.param({"agent": "ALP"}, {"T1"}, id="agent contains, any case"),
+        pytest.param({"agent": "lph"}, {"T1"}, id="agent contains, mid-name"),
+        pytest.param({"agent": "lph", "match": "prefix"}, set(), id="agent prefix, not a prefix"),
+        pytest.param({"agent": "al", "match": "prefix"}, {"T1"}, id="agent prefix"),
+        pytest.param({"agent": "alp", "match": "exact"}, set(), id="agent exact"),
+        pytest.param({"tool": "search"}, {"T1", "T2"}, id="tool contains"),
+        pytest.param({"tool": "calc", "match": "prefix"}, {"T1"}, id="tool prefix"),
+        pytest.param({"tool": "calc", "match": "exact"}, set(), id="tool exact"),
+        pytest.param({"tool": "zzz"}, set(), id="tool matching none"),
+        pytest.param({"q": "timed out"}, {"T1"}, id="search: an error message"),
+        pytest.param({"q": "Calculat"}, {"T1"}, id="search: a tool name"),
+        pytest.param({"q": "cheap fl"}, {"T2"}, id="search: the request"),
+        pytest.param({"q": "2+3"}, {"T1"}, id="search: the arguments"),
     ],
 )
 @pytest.mark.parametrize(
@@ -158,6 +173,62 @@ def test_it_filters_traces(
 
     assert response.status_code == 200
     assert trace_ids_on(response) == {traces[name] for name in expected}
+
+
+def test_it_totals_the_matching_traces(admin_client: Client, traces: dict[str, str]) -> None:
+    Trace.objects.filter(pk=traces["T2"]).update(cost_usd=1234.5, input_tokens=1_000_000)
+
+    response = admin_client.get("/traces/")
+
+    totals = response.context["totals"]
+    assert (totals["traces"], totals["failed"]) == (3, 1)
+    assert totals["cost_usd"] == pytest.approx(1234.75)
+    html = response.content.decode()
+    assert '<strong id="total-traces">3</strong>' in html
+    assert '<strong id="total-cost">$1,234.75</strong>' in html
+    assert '<td class="num cost">1,234.5000</td>' in html  # the cost column, with separators
+    assert "1,000,000" in html
+
+
+@pytest.mark.parametrize(
+    ("sort", "order"),
+    [
+        pytest.param("-started", ["T3", "T2", "T1"], id="newest first"),
+        pytest.param("started", ["T1", "T2", "T3"], id="oldest first"),
+        pytest.param("-cost", ["T2", "T1", "T3"], id="cost"),
+        pytest.param("-tokens", ["T3", "T1", "T2"], id="tokens"),
+        pytest.param("-duration", ["T1", "T2", "T3"], id="duration"),
+    ],
+)
+def test_it_sorts_traces(
+    admin_client: Client, traces: dict[str, str], sort: str, order: list[str]
+) -> None:
+    Trace.objects.filter(pk=traces["T2"]).update(cost_usd=9.0)
+    Trace.objects.filter(pk=traces["T3"]).update(input_tokens=50_000)
+    Trace.objects.filter(pk=traces["T1"]).update(ended_at=T0 + timedelta(seconds=500))
+
+    response = admin_client.get("/traces/", {"sort": sort})
+
+    assert [row.trace.pk for row in response.context["rows"]] == [traces[n] for n in order]
+    assert f"sort={sort}" not in response.context["sort_query"]
+
+
+def test_it_pages_through_a_sorted_list_both_ways(
+    admin_client: Client, db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    record(*[make_span(agent="pager", started_at=at(i), cost_usd=float(i % 3)) for i in range(5)])
+    pages, params = [], {"agent": "pager", "sort": "-cost"}
+    while params is not None:
+        response = admin_client.get("/traces/", params)
+        pages.append([row.trace for row in response.context["rows"]])
+        last, params = response, follow(response, "next")
+
+    listed = [trace for page in pages for trace in page]
+    assert len({trace.pk for trace in listed}) == 5
+    assert [trace.cost_usd for trace in listed] == [2.0, 1.0, 1.0, 0.0, 0.0]
+    back = admin_client.get("/traces/", follow(last, "prev"))
+    assert [row.trace.pk for row in back.context["rows"]] == [t.pk for t in pages[1]]
 
 
 def test_it_lists_each_trace_with_its_tools_status_and_tokens(
