@@ -31,8 +31,14 @@ from planner_app.models import (
 from planner_app.tasks import start_run
 
 
+class PlannerAdminMedia:
+    css = {"all": ["planner_app/css/admin.css"]}
+
+
 class VersionedAdmin(admin.ModelAdmin):
     """Saves and deletes here make rule-set versions credited to the operator."""
+
+    Media = PlannerAdminMedia
 
     def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         with rulesets.acting_user(request.user):
@@ -62,10 +68,22 @@ def _reaches(start: Capability, target: Capability, relation: str) -> list[str] 
     return None
 
 
+class CapabilityChoices(forms.CheckboxSelectMultiple):
+    """Capabilities as labelled checkboxes in columns.
+
+    The admin's two-box filter widget puts aria-label on plain spans, which screen readers
+    ignore (axe: aria-prohibited-attr); a checkbox per capability has a real label.
+    """
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__({"class": "capability-choices", **(attrs or {})})
+
+
 class CapabilityForm(forms.ModelForm):
     class Meta:
         model = Capability
         fields = ["name", "description", "input_type", "output_type", "subsumes", "depends_on"]
+        widgets = {"subsumes": CapabilityChoices, "depends_on": CapabilityChoices}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -102,9 +120,20 @@ class MappingForm(LabelledRowsForm):
         fields = ["tool", "weight"]
 
 
+class LabelledRowsFormSet(forms.BaseInlineFormSet):
+    """An inline formset whose delete boxes say which row they delete."""
+
+    def add_fields(self, form: forms.Form, index: int | None) -> None:
+        super().add_fields(form, index)
+        if "DELETE" in form.fields:
+            row = str(form.instance) if form.instance.pk else "this new row"
+            form.fields["DELETE"].widget.attrs["aria-label"] = f"Delete {row}"
+
+
 class MappingInline(admin.TabularInline):
     model = CapabilityMapping
     form = MappingForm
+    formset = LabelledRowsFormSet
     extra = 1
 
 
@@ -165,6 +194,7 @@ class IntentRuleForm(forms.ModelForm):
         model = IntentRule
         fields = ["name", "keywords", "patterns", "language", "capabilities", "goal",
                   "priority", "enabled"]  # fmt: skip
+        widgets = {"capabilities": CapabilityChoices}
 
     def clean_patterns(self) -> list[str]:
         patterns = self.cleaned_data["patterns"]
@@ -197,7 +227,6 @@ class CapabilityAdmin(VersionedAdmin):
     form = CapabilityForm
     list_display = ["name", "description", "input_type", "output_type"]
     search_fields = ["name", "description"]
-    filter_horizontal = ["subsumes", "depends_on"]
     inlines = [MappingInline]
 
 
@@ -208,7 +237,6 @@ class IntentRuleAdmin(VersionedAdmin):
     list_editable = ["priority", "enabled"]
     list_filter = ["enabled", "language", "capabilities"]
     search_fields = ["name", "goal", "keywords"]
-    filter_horizontal = ["capabilities"]
     readonly_fields = ["try_it"]
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
@@ -251,6 +279,7 @@ class ScoringWeightsAdmin(VersionedAdmin):
 
 @admin.register(RuleSetVersion)
 class RuleSetVersionAdmin(admin.ModelAdmin):
+    Media = PlannerAdminMedia
     list_display = ["number", "created_at", "created_by", "change"]
     readonly_fields = ["number", "created_at", "created_by", "change", "changes_from_previous"]
     exclude = ["snapshot"]

@@ -50,9 +50,17 @@
     return item;
   }
 
+  // A payload block scrolls when long: focusable and named, so a keyboard can scroll it too.
+  function payloadBlock(label, value) {
+    const block = el("pre", "payload", pretty(value));
+    block.tabIndex = 0;
+    block.setAttribute("aria-label", label);
+    return block;
+  }
+
   function payload(item, label, value) {
     if (value === undefined || value === null || value === "") return;
-    item.append(el("div", "step-label", label), el("pre", "payload", pretty(value)));
+    item.append(el("div", "step-label", label), payloadBlock(label, value));
   }
 
   // One request's routing: stage 1's servers, then each tool with its combined score and
@@ -174,7 +182,7 @@
           const row = el("tr");
           row.append(el("td", "", step.id), el("td", "", step.tool));
           const args = el("td");
-          args.append(el("pre", "payload", pretty(step.arguments)));
+          args.append(payloadBlock("Arguments of step " + step.id, step.arguments));
           row.append(args, el("td", "", (step.depends_on || []).join(", ")), el("td", "", step.reason));
           table.append(row);
         });
