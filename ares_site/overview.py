@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import plotly.graph_objects as go
 
 from traces_app.charts import Chart, make_chart
-from traces_app.dashboards import ActivitySummary, SpanTotals, ToolTotals, activity, tool_totals
+from traces_app.dashboards import (
+    ActivitySummary,
+    Change,
+    SpanTotals,
+    ToolTotals,
+    activity,
+    rate_change,
+    relative_change,
+    tool_totals,
+)
 from traces_app.models import ChosenBy, FailureSpiral, SpiralResolution
 from traces_app.ranges import TimeRange
 from traces_app.rollups import merge, percentile_from_histogram
@@ -19,16 +29,33 @@ AGENTS_SHOWN = 20
 
 
 @dataclass
+class FailingTool:
+    """A tool that failed in the range, with its failure rate now and in the previous period."""
+
+    tool: ToolTotals
+    rate: float
+    previous_rate: float | None
+    change: Change
+
+    @property
+    def rate_text(self) -> str:
+        return f"{self.rate:.1%}"
+
+
+@dataclass
 class Overview:
-    """What the overview shows for one range."""
+    """What the overview shows for one range, and the same numbers for the previous period."""
 
     totals: SpanTotals
     tool_failures: int
     tool_p95_ms: float
-    failing_tools: list[tuple[ToolTotals, str]]  # with each one's failure rate, as text
+    failing_tools: list[FailingTool]
     charts: list[Chart]
     # The busiest agents ("(none)": spans without one), with their caller faults.
     agents: list[tuple[str, SpanTotals]] = field(default_factory=list)
+    previous: SpanTotals = field(default_factory=SpanTotals)
+    previous_tool_failures: int = 0
+    previous_tool_p95_ms: float = 0.0
 
     @property
     def error_rate(self) -> str:
@@ -38,37 +65,96 @@ class Overview:
     def tool_error_rate(self) -> str:
         return _rate(self.tool_failures, self.totals.tool_calls)
 
+    @property
+    def changes(self) -> dict[str, Change]:
+        """Return each card's change against the previous period of the same length."""
+        now, before = self.totals, self.previous
+        return {
+            "calls": relative_change(now.calls, before.calls),
+            "error_rate": rate_change(
+                _share(now.failures, now.calls), _share(before.failures, before.calls)
+            ),
+            "tool_p95": relative_change(
+                round(self.tool_p95_ms, 1) if now.tool_calls else 0,
+                round(self.previous_tool_p95_ms, 1) if before.tool_calls else 0,
+                worse_when_up=True,
+            ),
+            "tokens": relative_change(now.tokens, before.tokens),
+            "cost": relative_change(round(now.cost_usd, 2), round(before.cost_usd, 2), True),
+        }
 
-def overview_of(time_range: TimeRange) -> Overview:
-    """Return the overview of a range: span totals, tool latency, failing tools, charts."""
+
+FAILING_ORDERS = {"count": "most failures", "rate": "highest failure rate"}
+
+
+def overview_of(time_range: TimeRange, failing_order: str = "count") -> Overview:
+    """Return the overview of a range (and its previous period): totals, latency, failing tools."""
     summary = activity(time_range)
     tools = tool_totals(time_range)
-    latency = merge(*(tool.latency_histogram for tool in tools))
-    failing = sorted(
-        (tool for tool in tools if tool.failures), key=lambda tool: (-tool.failures, tool.tool_name)
-    )
+    previous_range = time_range.previous()
+    previous = activity(previous_range)
+    previous_tools = {tool.tool_name: tool for tool in tool_totals(previous_range)}
     return Overview(
         totals=summary.totals,
         tool_failures=sum(tool.failures for tool in tools),
-        tool_p95_ms=percentile_from_histogram(latency, 0.95),
-        failing_tools=[(tool, _rate(tool.failures, tool.calls)) for tool in failing][
-            :TOP_FAILING_TOOLS
-        ],
+        tool_p95_ms=_p95(tools),
+        failing_tools=failing_tools(tools, previous_tools, failing_order)[:TOP_FAILING_TOOLS],
         charts=charts(time_range, summary),
         agents=sorted(summary.by_agent.items(), key=lambda item: (-item[1].calls, item[0]))[
             :AGENTS_SHOWN
         ],
+        previous=previous.totals,
+        previous_tool_failures=sum(tool.failures for tool in previous_tools.values()),
+        previous_tool_p95_ms=_p95(previous_tools.values()),
     )
+
+
+def failing_tools(
+    tools: list[ToolTotals], previous: dict[str, ToolTotals], order: str = "count"
+) -> list[FailingTool]:
+    """Return the tools that failed, by failures or by failure rate, most first.
+
+    The rate is failures over all calls, caller faults included, as the failures are.
+    """
+    found = []
+    for tool in tools:
+        if not tool.failures:
+            continue
+        before = previous.get(tool.tool_name)
+        before_rate = _share(before.failures, before.calls) if before else None
+        rate = tool.failures / tool.calls
+        found.append(FailingTool(tool, rate, before_rate, rate_change(rate, before_rate)))
+    if order == "rate":
+        found.sort(key=lambda item: (-item.rate, -item.tool.failures, item.tool.tool_name))
+    else:
+        found.sort(key=lambda item: (-item.tool.failures, -item.rate, item.tool.tool_name))
+    return found
+
+
+def _p95(tools: Iterable[ToolTotals]) -> float:
+    return percentile_from_histogram(merge(*(tool.latency_histogram for tool in tools)), 0.95)
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+UNRESOLVED = (SpiralResolution.ONGOING, SpiralResolution.GAVE_UP)
 
 
 def active_spirals(time_range: TimeRange) -> list[FailureSpiral]:
-    """Return the ongoing spirals that overlap a range, newest first (a bounded read)."""
+    """Return the spirals nothing resolved that overlap a range, newest first (a bounded read).
+
+    Both kinds: loops still going (the last call succeeded, identical calls repeat) and
+    failing spirals the agent gave up on (the last call failed); not the ones that
+    recovered or that the planner's fallback ended.
+    """
     spirals = FailureSpiral.objects.filter(
-        resolution=SpiralResolution.ONGOING,
+        resolution__in=UNRESOLVED,
         started_at__lt=time_range.until,
         ended_at__gte=time_range.since,
     )
-    return list(spirals.order_by("-started_at")[:ACTIVE_SPIRALS_SHOWN])
+    return list(spirals.order_by("-started_at", "-pk")[:ACTIVE_SPIRALS_SHOWN])
 
 
 def charts(time_range: TimeRange, summary: ActivitySummary) -> list[Chart]:

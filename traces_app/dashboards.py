@@ -194,3 +194,44 @@ def activity(time_range: TimeRange) -> ActivitySummary:
     return ActivitySummary(
         totals, dict(by_bucket), dict(chosen_by), dict(ran_on), calls_by_agent, dict(agents)
     )
+
+
+@dataclass(frozen=True)
+class Change:
+    """A number against the previous period: "+12.5%", "-3.0 pts", "new", or "no change".
+
+    `tone` says whether it went the good way ("better"), the bad way ("worse"), or neither.
+    """
+
+    text: str
+    previous: str
+    tone: str = ""
+
+
+def relative_change(now: float, before: float, worse_when_up: bool | None = None) -> Change:
+    """Return the change of a count or amount against the previous period, in percent."""
+    previous = f"{before:,.0f}" if float(before).is_integer() else f"{before:,.2f}"
+    if now == before:
+        return Change("no change", previous)
+    if not before:
+        return Change("new", previous, _tone(now > before, worse_when_up))
+    return Change(f"{(now - before) / before:+.1%}", previous, _tone(now > before, worse_when_up))
+
+
+def rate_change(now: float | None, before: float | None, worse_when_up: bool = True) -> Change:
+    """Return the change of a rate (a share) against the previous period, in points."""
+    if before is None:
+        return Change("no previous calls", "–")
+    previous = f"{before:.1%}"
+    if now is None:
+        return Change("no calls now", previous)
+    points = (now - before) * 100
+    if abs(points) < 0.05:
+        return Change("no change", previous)
+    return Change(f"{points:+.1f} pts", previous, _tone(points > 0, worse_when_up))
+
+
+def _tone(went_up: bool, worse_when_up: bool | None) -> str:
+    if worse_when_up is None:
+        return ""
+    return "worse" if went_up == worse_when_up else "better"

@@ -51,6 +51,11 @@ class TimeRange:
         moment = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         return moment.replace(hour=0) if self.bucket == DAY else moment
 
+    def previous(self) -> TimeRange:
+        """Return the period of the same length that ends where this one starts."""
+        span = self.until - self.since
+        return TimeRange(self.since - span, self.since, f"the previous {_duration(span)}")
+
     def query(self) -> str:
         """Return the query string that reopens this range, for links between pages."""
         if self.preset:
@@ -58,14 +63,27 @@ class TimeRange:
         return urlencode({"since": self.since.isoformat(), "until": self.until.isoformat()})
 
 
+def _duration(span: timedelta) -> str:
+    """Return a period's length in words: "24 hours", "7 days", "90 minutes"."""
+    minutes = round(span.total_seconds() / 60)
+    if minutes % (24 * 60) == 0:
+        days = minutes // (24 * 60)
+        return "day" if days == 1 else f"{days} days"
+    if minutes % 60 == 0:
+        return "hour" if minutes == 60 else f"{minutes // 60} hours"
+    return f"{minutes} minutes"
+
+
 def parse_range(params: Mapping[str, str], now: datetime) -> tuple[TimeRange, str]:
     """Return the requested range and an error to show ('' if none); bad input gets the default.
 
-    A custom range needs both ends; a missing zone means UTC; ends are swapped when
+    A custom range needs both ends (and no preset); a missing zone means UTC; ends are swapped when
     reversed, and longer ranges than MAX_SPAN are refused rather than scanned.
     """
     preset = params.get("range", "")
-    if params.get("since") or params.get("until"):
+    # A preset wins over since/until: the range picker sends its prefilled custom fields
+    # along with the preset button pressed.
+    if not preset and (params.get("since") or params.get("until")):
         try:
             since, until = _moment(params, "since"), _moment(params, "until")
         except ValueError as exc:
@@ -105,4 +123,9 @@ def _moment(params: Mapping[str, str], key: str) -> datetime:
 def range_context(params: Mapping[str, str], now: datetime) -> dict[str, object]:
     """Return the template context of `templates/charts/range.html` for a page's query."""
     time_range, error = parse_range(params, now)
-    return {"time_range": time_range, "range_error": error, "range_presets": list(PRESETS)}
+    return {
+        "time_range": time_range,
+        "previous_range": time_range.previous(),
+        "range_error": error,
+        "range_presets": list(PRESETS),
+    }

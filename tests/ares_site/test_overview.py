@@ -83,11 +83,11 @@ def test_it_shows_totals_that_match_the_recorded_spans(
     assert card(response, "calls") == "8"
     assert card(response, "error-rate") == "50.0%"
     assert card(response, "tool-error-rate") == "50.0%"
-    assert card(response, "tokens") == "2220"
+    assert card(response, "tokens") == "2,220"
     assert card(response, "cost") == "$0.03"
     tool_latencies = [span["latency_ms"] for span in spans if span["kind"] == "tool"]
     p95 = percentile_from_histogram(histogram_of(tool_latencies), 0.95)
-    assert card(response, "tool-p95") == f"{p95:.1f} ms"
+    assert card(response, "tool-p95") == f"{p95:,.1f} ms"
 
 
 def test_it_reads_the_rollups_not_the_raw_spans(
@@ -129,11 +129,67 @@ def test_it_lists_the_top_failing_tools_with_links(
     admin_client: Client, spans: list[dict[str, Any]]
 ) -> None:
     response = admin_client.get("/?range=24h")
-    failing = [(tool.tool_name, rate) for tool, rate in response.context["overview"].failing_tools]
+    failing = [
+        (item.tool.tool_name, item.rate_text) for item in response.context["overview"].failing_tools
+    ]
     assert failing == [("web_search", "66.7%"), ("calculator", "50.0%")]
     html = response.content.decode()
     assert 'href="/tools/web_search/?range=24h"' in html
     assert "rate_limited 1" in html and "timeout 1" in html
+
+
+def test_it_compares_each_card_with_the_previous_period(admin_client: Client, db: None) -> None:
+    record(
+        make_span(tool_name="web_search", cost_usd=1.0, started_at=at(60)),
+        *[make_span(tool_name="web_search", status="error", error_kind="timeout", result=None,
+                    started_at=at(30 * 60 + i)) for i in range(3)],
+        make_span(tool_name="web_search", started_at=at(30 * 60 + 5)),
+    )  # fmt: skip
+
+    response = admin_client.get("/?range=24h")
+
+    overview = response.context["overview"]
+    assert (overview.totals.calls, overview.previous.calls) == (1, 4)
+    changes = overview.changes
+    assert (changes["calls"].text, changes["calls"].previous) == ("-75.0%", "4")
+    assert (changes["error_rate"].text, changes["error_rate"].tone) == ("-75.0 pts", "better")
+    assert (changes["cost"].text, changes["cost"].tone) == ("new", "worse")
+    html = response.content.decode()
+    assert "-75.0% vs the previous day" in html
+    assert "Showing <strong>last 24 hours</strong>" in html and "against the previous day" in html
+
+
+def test_it_ranks_failing_tools_by_count_or_by_rate(admin_client: Client, db: None) -> None:
+    many = [make_span(tool_name="busy", started_at=at(5 + i)) for i in range(8)]
+    many += [make_span(tool_name="busy", status="error", error_kind="timeout", result=None,
+                       started_at=at(20 + i)) for i in range(2)]  # fmt: skip
+    few = [make_span(tool_name="flaky", status="error", error_kind="tool_error", result=None,
+                     started_at=at(30))]  # fmt: skip
+    record(*many, *few)
+
+    by_count = admin_client.get("/?range=24h").context["overview"].failing_tools
+    response = admin_client.get("/?range=24h&failing=rate")
+    by_rate = response.context["overview"].failing_tools
+
+    assert [item.tool.tool_name for item in by_count] == ["busy", "flaky"]
+    assert [(item.tool.tool_name, item.rate_text) for item in by_rate] == [
+        ("flaky", "100.0%"), ("busy", "20.0%"),
+    ]  # fmt: skip
+    assert '<strong aria-current="true">highest failure rate</strong>' in response.content.decode()
+    bogus = admin_client.get("/?range=24h&failing=mood").context["overview"].failing_tools
+    assert [item.tool.tool_name for item in bogus] == ["busy", "flaky"]
+
+
+def test_it_links_the_api_and_prefills_the_custom_range(
+    admin_client: Client, spans: list[dict[str, Any]]
+) -> None:
+    since, until = "2026-11-20T10:00", "2026-11-21T12:30"
+
+    html = admin_client.get(f"/?since={since}&until={until}").content.decode()
+
+    assert 'href="/api/v1/tools/stats?since=2026-11-20T10%3A00%3A00%2B00%3A00&amp;until=' in html
+    assert f'name="since" step="60" value="{since}"' in html
+    assert f'name="until" step="60" value="{until}"' in html
 
 
 @pytest.mark.parametrize(
@@ -190,25 +246,29 @@ def test_it_lists_active_spirals_newest_first_with_links(admin_client: Client, d
     record(
         *repeated_calls(older, 90),
         *repeated_calls(newer, 20),
-        *repeated_calls(ended, 10, status="error"),  # gave up: not active
+        *repeated_calls(ended, 10, status="error"),  # gave up: unresolved too
         *repeated_calls(old, 3 * 24 * 60),  # active, but outside the range
     )
     response = admin_client.get("/")
     listed = [spiral.trace_id for spiral in response.context["active_spirals"]]
-    assert listed == [newer, older]
+    assert listed == [ended, newer, older]
     html = response.content.decode()
     for trace_id in listed:
         spiral = FailureSpiral.objects.get(trace_id=trace_id)
         assert f'href="/spirals/{spiral.pk}/"' in html
         assert f'href="/traces/{trace_id}/"' in html
     assert FailureSpiral.objects.get(trace_id=ended).resolution == "gave_up"
+    assert html.count('<span class="badge resolution gave-up"') == 2  # the note and the row
+    assert html.count('<span class="badge resolution ongoing"') == 3
 
 
 def test_it_says_so_when_the_range_is_empty(admin_client: Client, db: None) -> None:
     html = admin_client.get("/").content.decode()
     assert "No calls in this range" in html
     assert "No tool failed in this range." in html
-    assert "No active spirals in this range." in html
+    assert "No unresolved spirals in this range." in html
+    assert "No data in this range." in html  # the charts say so instead of drawing bare axes
+    assert 'data-figure="calls-over-time-figure"' not in html
 
 
 def test_it_sends_anonymous_visitors_to_the_login_page(client: Client, db: None) -> None:

@@ -235,3 +235,27 @@ def test_it_searches_sorts_and_keeps_each_request_on_one_line(
     assert page.locator("#traces td.cost").first.inner_text() == "3.5000"
     assert page.locator("#traces th[aria-sort=descending]").inner_text().startswith("Cost")
     assert_stayed_local(page, live_server)
+
+
+def test_the_range_follows_the_operator_across_pages(staff_page: Any, live_server: Any) -> None:
+    trace_id = spiral_trace()
+    page = staff_page
+    page.goto(f"{live_server.url}/?range=7d")
+    page.click("header nav a:has-text('Traces')")
+    page.wait_for_url("**/traces/?range=7d")
+    assert page.locator(".range-picker button.current").inner_text() == "7d"
+
+    page.goto(f"{live_server.url}/traces/{trace_id}/")  # a page without a range of its own
+    assert urlparse(
+        page.locator("header nav a:has-text('Spirals')").get_attribute("href")
+    ).query == ("range=7d")
+    page.click("a:has-text('← Traces')")
+    page.wait_for_url("**/traces/?range=7d")
+
+    page.click(".range-picker button:has-text('6h')")  # a new choice replaces the old one
+    page.wait_for_url("**range=6h**")
+    page.click("header nav a:has-text('Overview')")
+    page.wait_for_url("**/?range=6h")
+    assert "last 6 hours" in page.locator(".range-picker .range").inner_text()
+    assert "range=" not in (page.locator("header nav a:has-text('Sandbox')").get_attribute("href"))
+    assert_stayed_local(page, live_server)

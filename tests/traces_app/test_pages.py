@@ -508,6 +508,8 @@ def test_it_lists_a_spiral_with_what_it_wasted_and_links(
     assert f'href="/traces/{spiral.trace_id}/#span-{spiral.first_span_id}"' in html
     assert "Planner fallback" in html
     assert ">15<" in html  # wasted tokens: 3 attempts x 5 result tokens
+    # The kind as the filter names it, not its key.
+    assert "<td>Same failure repeated</td>" in html and "<td>failing</td>" not in html
 
 
 def test_it_explains_a_bad_spiral_filter(admin_client: Client, spiral: FailureSpiral) -> None:

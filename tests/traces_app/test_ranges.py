@@ -55,3 +55,35 @@ def test_it_explains_a_bad_range_and_shows_the_default(params: dict, problem: st
     time_range, error = parse_range(params, NOW)
     assert problem in error
     assert time_range.preset == "24h"
+
+
+def test_a_preset_wins_over_the_prefilled_custom_fields() -> None:
+    params = {"range": "7d", "since": "2026-11-01T00:00", "until": "2026-11-02T00:00"}
+
+    time_range, error = parse_range(params, NOW)
+
+    assert (time_range.preset, error) == ("7d", "")
+
+
+@pytest.mark.parametrize(
+    ("params", "since", "label"),
+    [
+        pytest.param({"range": "24h"}, NOW - timedelta(hours=48), "the previous day", id="24h"),
+        pytest.param({"range": "7d"}, NOW - timedelta(days=14), "the previous 7 days", id="7d"),
+        pytest.param(
+            {"since": "2026-11-28T10:00", "until": "2026-11-28T11:30"},
+            datetime(2026, 11, 28, 8, 30, tzinfo=UTC),
+            "the previous 90 minutes",
+            id="custom",
+        ),
+    ],
+)
+def test_the_previous_period_has_the_same_length_and_ends_where_the_range_starts(
+    params: dict, since: datetime, label: str
+) -> None:
+    time_range, _ = parse_range(params, NOW)
+
+    previous = time_range.previous()
+
+    assert (previous.since, previous.until, previous.label) == (since, time_range.since, label)
+    assert previous.until - previous.since == time_range.until - time_range.since
