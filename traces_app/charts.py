@@ -85,3 +85,17 @@ def make_chart(
         "layout": {"template": white_template(), **LAYOUT, **go.Layout(**layout).to_plotly_json()},
     }
     return Chart(chart_id, title, json.loads(to_json_plotly(figure)), list(columns), list(rows))
+
+
+def readable_ms(ms: float) -> str:
+    """Return a latency as people read it: 0.4 ms, 12 ms, 250 ms, 1.6 s, 32 s, 4.2 min."""
+    if ms >= 60_000:
+        return f"{ms / 60_000:.2g} min"
+    if ms >= 1000:
+        return f"{ms / 1000:.2g} s" if ms < 10_000 else f"{ms / 1000:.0f} s"
+    return f"{ms:.2g} ms" if ms < 10 else f"{ms:.0f} ms"
+
+
+def latency_bin_label(low: float, high: float) -> str:
+    """Return a latency histogram bin's label: "25 s – 32 s" rather than "25118.9-31622.8"."""
+    return f"≥ {readable_ms(low)}" if high <= low else f"{readable_ms(low)} – {readable_ms(high)}"

@@ -235,3 +235,39 @@ def _tone(went_up: bool, worse_when_up: bool | None) -> str:
     if worse_when_up is None:
         return ""
     return "worse" if went_up == worse_when_up else "better"
+
+
+@dataclass(frozen=True)
+class ToolChange:
+    """One tool's calls, success rate and p95 against the previous period of the same length."""
+
+    calls: Change
+    success_rate: Change
+    p95_ms: Change
+    previous: ToolTotals
+
+
+def tool_changes(time_range: TimeRange, tools: Iterable[ToolTotals]) -> dict[str, ToolChange]:
+    """Return, per tool of a range's totals, its changes against the previous period.
+
+    One more read of the rollups (the previous period's), whatever the number of tools.
+    """
+    tools = list(tools)
+    before = {
+        tool.tool_name: tool
+        for tool in tool_totals(time_range.previous(), [tool.tool_name for tool in tools])
+    }
+    changes = {}
+    for tool in tools:
+        old = before.get(tool.tool_name, ToolTotals(tool.tool_name))
+        changes[tool.tool_name] = ToolChange(
+            calls=relative_change(tool.calls, old.calls),
+            success_rate=rate_change(tool.success_rate, old.success_rate, worse_when_up=False),
+            p95_ms=relative_change(
+                round(tool.p95_ms, 1) if tool.calls else 0,
+                round(old.p95_ms, 1) if old.calls else 0,
+                worse_when_up=True,
+            ),
+            previous=old,
+        )
+    return changes

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_span
-from traces_app.dashboards import activity, tool_series, tool_totals
+from traces_app.dashboards import (
+    activity,
+    rate_change,
+    relative_change,
+    tool_changes,
+    tool_series,
+    tool_totals,
+)
 from traces_app.models import ToolRollup
 from traces_app.ranges import parse_range
 from traces_app.schemas import InvocationIn
@@ -66,3 +73,45 @@ def test_it_sums_every_span_kind_for_the_overview() -> None:
     assert summary.tool_calls_by_ran_on == {"builtin": 1, "mcp:time": 1}
     assert summary.calls_by_agent["bot"] == 2
     assert sum(bucket.calls for bucket in summary.by_bucket.values()) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_compares_each_tool_with_the_previous_period() -> None:
+    yesterday = NOW - timedelta(hours=30)
+    _record(
+        *[make_span(started_at=HOUR_AGO.isoformat()) for _ in range(3)],
+        make_span(started_at=yesterday.isoformat()),
+        make_span(started_at=yesterday.isoformat(), status="error", error_kind="timeout"),
+        make_span(started_at=HOUR_AGO.isoformat(), tool_name="web_search"),
+    )
+    time_range, _ = parse_range({"range": "24h"}, NOW + timedelta(seconds=1))
+
+    changes = tool_changes(time_range, tool_totals(time_range))
+
+    calculator = changes["calculator"]
+    assert (calculator.calls.text, calculator.previous.calls) == ("+50.0%", 2)
+    assert (calculator.success_rate.text, calculator.success_rate.tone) == ("+50.0 pts", "better")
+    assert changes["web_search"].calls.text == "new"
+    assert changes["web_search"].success_rate.text == "no previous calls"
+
+
+@pytest.mark.parametrize(
+    ("now", "before", "worse_when_up", "text", "tone"),
+    [
+        pytest.param(150, 100, True, "+50.0%", "worse", id="up, worse"),
+        pytest.param(50, 100, True, "-50.0%", "better", id="down, better"),
+        pytest.param(50, 100, None, "-50.0%", "", id="neither"),
+        pytest.param(7, 7, True, "no change", "", id="same"),
+        pytest.param(3, 0, None, "new", "", id="from nothing"),
+    ],
+)
+def test_a_relative_change_says_how_much_and_which_way(now, before, worse_when_up, text, tone):
+    change = relative_change(now, before, worse_when_up)
+
+    assert (change.text, change.tone) == (text, tone)
+
+
+def test_a_rate_change_is_in_points() -> None:
+    assert rate_change(0.25, 0.05).text == "+20.0 pts"
+    assert rate_change(0.25, 0.05).tone == "worse"
+    assert rate_change(None, 0.5).text == "no calls now"
