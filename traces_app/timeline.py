@@ -422,7 +422,9 @@ def _tool_call(call: Any) -> str:
     function = call.get("function") if isinstance(call.get("function"), dict) else call
     name = _text(function.get("name", "?"))
     arguments = function.get("arguments", function.get("input", ""))
-    return f"{name}({arguments if isinstance(arguments, str) else as_json(arguments)})"
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
+    return f"{name}({arguments})"
 
 
 # One spiral -------------------------------------------------------------------------------
