@@ -163,7 +163,12 @@ def test_it_picks_a_span_from_the_tree_and_the_waterfall(staff_page: Any, live_s
     page.wait_for_selector(f"#waterfall {RENDERED}")
     visible = "section.span:not([hidden])"
     assert page.locator(visible).count() == 1  # the first span, until another is picked
-    assert page.locator("#span-tree details ul li").count() == 2  # nested under the agent step
+    nested = page.locator("#span-tree li ul li")
+    assert nested.count() == 2  # nested under the agent step
+    page.click("#span-tree button.tree-toggle")  # folds them away, then back
+    assert nested.first.is_hidden()
+    page.click("#span-tree button.tree-toggle")
+    assert nested.first.is_visible()
     assert "+" in page.locator("#waterfall .xtick text").first.text_content()
     assert (
         page.locator("#waterfall .modebar-btn[data-attr='dragmode'][data-val='lasso']").count() == 0

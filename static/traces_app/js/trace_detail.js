@@ -30,6 +30,13 @@
   }
 
   document.addEventListener("click", function (event) {
+    var toggle = event.target.closest("#span-tree button.tree-toggle");
+    if (toggle) {
+      var open = toggle.getAttribute("aria-expanded") !== "true";
+      toggle.setAttribute("aria-expanded", String(open));
+      document.getElementById(toggle.getAttribute("aria-controls")).hidden = !open;
+      return;
+    }
     var link = event.target.closest("a.span-pick[data-span]");
     if (!link) { return; }
     event.preventDefault();
