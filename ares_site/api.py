@@ -21,6 +21,7 @@ from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
 from traces_app.api_errors import document_errors
 from traces_app.bodies import JsonBodyParser, read_json_body
+from traces_app.scores_api import router as scores_router
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ api = AresApi(
 api.add_router("/", traces_router)
 api.add_router("/", tools_router)
 api.add_router("/", planner_router)
+api.add_router("/", scores_router)
 
 
 @api.exception_handler(AuthenticationError)

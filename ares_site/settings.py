@@ -166,6 +166,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "traces_app.tasks.rescan_spirals_task",
         "schedule": 60.0,
     },
+    "settle-pending-scores": {
+        "task": "traces_app.tasks.settle_scores_task",
+        "schedule": 60.0,
+    },
     "purge-old-invocations": {
         "task": "traces_app.tasks.purge_invocations_task",
         "schedule": 24 * 60 * 60.0,
@@ -176,6 +180,9 @@ CELERY_BEAT_SCHEDULE = {
 ARES_INGEST_MAX_BODY_BYTES = env_int("ARES_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
 ARES_INGEST_MAX_ITEMS = env_int("ARES_INGEST_MAX_ITEMS", 1000, minimum=1)
 ARES_MAX_CLOCK_SKEW_SECONDS = env_int("ARES_MAX_CLOCK_SKEW_SECONDS", 3600, minimum=0)
+# Scores whose span has not arrived yet: how many may wait, and for how long.
+ARES_SCORE_PENDING_MAX = env_int("ARES_SCORE_PENDING_MAX", 10_000, minimum=0)
+ARES_SCORE_PENDING_TTL_H = env_int("ARES_SCORE_PENDING_TTL_H", 24, minimum=1)
 ARES_PAYLOAD_MAX_BYTES = env_int("ARES_PAYLOAD_MAX_BYTES", 16 * 1024, minimum=256)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ARES_INGEST_MAX_BODY_BYTES
 

@@ -150,6 +150,48 @@ class ScoringWeights(models.Model):
         return "Scoring weights"
 
 
+class ScoreRule(models.Model):
+    """How scores count in a tool's evidence: an ok call whose score matches counts as failed.
+
+    `weight` is the share of a failed call it counts as (1: in full; 0.5: half). Versioned
+    with the rules, so the backtest compares rule sets with their score rules.
+    """
+
+    class Operator(models.TextChoices):
+        EQ = "=", "equals"
+        NE = "!=", "differs from"
+        LT = "<", "is below"
+        LE = "<=", "is at most"
+        GT = ">", "is above"
+        GE = ">=", "is at least"
+
+    score_name = models.CharField(max_length=64, help_text="A score definition's name")
+    operator = models.CharField(max_length=2, choices=Operator.choices, default=Operator.EQ)
+    threshold = models.CharField(
+        max_length=100, help_text="A number, true or false, or a category's label"
+    )
+    weight = models.FloatField(
+        default=1.0, help_text="The share of a failed call a matching score counts as (0 to 1)"
+    )
+    enabled = models.BooleanField(default=True)
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["score_name", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.score_name} {self.operator} {self.threshold} counts {self.weight:g} failure"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from planner_app.pipeline.ruleset import ScoreRule as Rule
+
+        problem = Rule(self.score_name, self.operator, self.threshold, self.weight).problem()
+        if problem:
+            raise ValidationError(problem)
+
+
 class RuleSetVersion(models.Model):
     """A snapshot of every rule, capability, mapping, profile and weight after a change."""
 

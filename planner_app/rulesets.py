@@ -26,6 +26,7 @@ from planner_app.pipeline.ruleset import (
     CapabilityMapping,
     IntentRule,
     RuleSet,
+    ScoreRule,
     ScoringWeights,
     ToolProfile,
 )
@@ -69,6 +70,11 @@ def take_snapshot() -> dict[str, Any]:
             for p in models.ToolProfile.objects.all()
         ],
         "weights": {name: getattr(weights, name) for name in WEIGHT_FIELDS},
+        "score_rules": [
+            {"score_name": s.score_name, "operator": s.operator, "threshold": s.threshold,
+             "weight": s.weight, "enabled": s.enabled, "note": s.note}
+            for s in models.ScoreRule.objects.all()
+        ],
     }  # fmt: skip
 
 
@@ -92,6 +98,11 @@ def ruleset_from_snapshot(snapshot: dict[str, Any], version: int) -> RuleSet:
         mappings=tuple(CapabilityMapping(**m) for m in snapshot["mappings"]),
         profiles={p["tool"]: ToolProfile(**p) for p in snapshot["profiles"]},
         weights=ScoringWeights(**snapshot["weights"]),
+        # Snapshots made before score rules existed have none.
+        score_rules=tuple(
+            ScoreRule(s["score_name"], s["operator"], s["threshold"], s["weight"], s["enabled"])
+            for s in snapshot.get("score_rules", [])
+        ),
     )  # fmt: skip
 
 
@@ -190,6 +201,7 @@ def _restore(snapshot: dict[str, Any], number: int, user: Any) -> models.RuleSet
         models.IntentRule.objects.all().delete()
         models.Capability.objects.all().delete()
         models.ToolProfile.objects.all().delete()
+        models.ScoreRule.objects.all().delete()
         by_name = {}
         for c in snapshot["capabilities"]:
             by_name[c["name"]] = models.Capability.objects.create(
@@ -209,6 +221,8 @@ def _restore(snapshot: dict[str, Any], number: int, user: Any) -> models.RuleSet
             )
         for p in snapshot["profiles"]:
             models.ToolProfile.objects.create(**p)
+        for s in snapshot.get("score_rules", []):
+            models.ScoreRule.objects.create(**s)
         weights = models.ScoringWeights.objects.first() or models.ScoringWeights()
         for name, value in snapshot["weights"].items():
             setattr(weights, name, value)
@@ -224,14 +238,14 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """
     lines = []
     sections = (("capabilities", "capability", "name"), ("rules", "rule", "name"),
-                ("mappings", "mapping", None), ("profiles", "profile", "tool"))  # fmt: skip
+                ("mappings", "mapping", None), ("profiles", "profile", "tool"),
+                ("score_rules", "score rule", "score rule"))  # fmt: skip
     for section, label, key in sections:
 
         def keyed(rows: list[dict[str, Any]], key: str | None = key) -> dict[str, Any]:
-            return {(row[key] if key else f"{row['capability']} -> {row['tool']}"): row
-                    for row in rows}  # fmt: skip
+            return {_row_key(row, key): row for row in rows}
 
-        before, after = keyed(old[section]), keyed(new[section])
+        before, after = keyed(old.get(section, [])), keyed(new.get(section, []))
         for name in sorted(set(before) | set(after)):
             if name not in before:
                 lines.append(f"+ {label} {name}")
@@ -244,6 +258,14 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if changed:
         lines.append(f"~ weights: {'; '.join(changed)}")
     return lines
+
+
+def _row_key(row: dict[str, Any], key: str | None) -> str:
+    if key is None:
+        return f"{row['capability']} -> {row['tool']}"
+    if key == "score rule":
+        return f"{row['score_name']} {row['operator']} {row['threshold']}"
+    return row[key]
 
 
 def _field_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -6,13 +6,12 @@ import threading
 import time
 
 from django.conf import settings
-from django.db.models import Avg, Count, Q
 
 from planner_app.pipeline.planner import Plan, Planner
 from planner_app.pipeline.scoring import Evidence
 from planner_app.rulesets import current_ruleset
 from tools_app.runtime import get_engine
-from traces_app.models import Invocation, caller_fault_q
+from traces_app.models import Invocation, Score, caller_fault_q
 
 _planner = Planner()
 _evidence_lock = threading.Lock()
@@ -30,19 +29,39 @@ def recent_evidence(tool: str, window: int) -> Evidence | None:
     if cached is not None and now - cached[0] < settings.ARES_PLANNER_EVIDENCE_TTL_S:
         return cached[1]
     spans = Invocation.objects.filter(tool_name=tool, kind="tool").exclude(caller_fault_q())
-    latest = spans.order_by("-started_at")
-    ids = latest.values("pk")[:window]
-    totals = Invocation.objects.filter(pk__in=ids).aggregate(
-        samples=Count("pk"), ok=Count("pk", filter=Q(status="ok")), latency=Avg("latency_ms")
+    latest = spans.order_by("-started_at").values_list(
+        "trace_id", "span_id", "status", "latency_ms"
     )
+    rows = list(latest[:window])
     evidence = None
-    if totals["samples"]:
+    if rows:
+        ok = [(trace_id, span_id) for trace_id, span_id, status, _ in rows if status == "ok"]
         evidence = Evidence(
-            totals["samples"], totals["ok"] / totals["samples"], totals["latency"] or 0.0
+            len(rows),
+            len(ok) / len(rows),
+            sum(row[3] for row in rows) / len(rows),
+            scored=_scores_of(ok),
         )
     with _evidence_lock:
         _evidence[(tool, window)] = (now, evidence)
     return evidence
+
+
+def _scores_of(
+    calls: list[tuple[str, str]],
+) -> tuple[tuple[tuple[str, float | None, str], ...], ...]:
+    """Return the scores of these calls (trace id, span id) that have any, per call."""
+    if not calls:
+        return ()
+    wanted = set(calls)
+    found: dict[tuple[str, str], list[tuple[str, float | None, str]]] = {}
+    rows = Score.objects.filter(span_id__in={span for _, span in calls}).values_list(
+        "trace_id", "span_id", "name", "value", "label"
+    )
+    for trace_id, span_id, name, value, label in rows:
+        if (trace_id, span_id) in wanted:
+            found.setdefault((trace_id, span_id), []).append((name, value, label))
+    return tuple(tuple(scores) for scores in found.values())
 
 
 def plan_request(request: str) -> Plan:

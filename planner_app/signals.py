@@ -15,6 +15,7 @@ VERSIONED = (
     models.CapabilityMapping,
     models.ToolProfile,
     models.ScoringWeights,
+    models.ScoreRule,
 )
 
 

@@ -8,6 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from traces_app.models import Trace, purge_old_invocations, recount_all_marked_rollups
+from traces_app.scores import settle_pending_scores
 from traces_app.spiral_detection import rescan_spirals
 
 
@@ -45,3 +46,9 @@ RECENT_SPIRAL_WINDOW = timedelta(minutes=2)
 def rescan_spirals_task() -> int:
     """Re-detect spirals in traces that received tool calls lately (see rescan_spirals)."""
     return rescan_spirals(timezone.now() - RECENT_SPIRAL_WINDOW)
+
+
+@shared_task
+def settle_scores_task() -> tuple[int, int]:
+    """Join scores whose span has arrived; drop those that waited too long."""
+    return settle_pending_scores()

@@ -85,6 +85,62 @@ class ToolProfile:
 
 
 @dataclass(frozen=True)
+class ScoreRule:
+    """An ok call whose score `score_name` compares true with `threshold` counts as failed.
+
+    It counts `weight` of a failed call (1 in full). Numbers compare as numbers (true and
+    false as 1 and 0); labels only with = and !=.
+    """
+
+    score_name: str
+    operator: str
+    threshold: str
+    weight: float = 1.0
+    enabled: bool = True
+
+    def problem(self) -> str:
+        """Return why the rule cannot work, or an empty string."""
+        if self.operator not in _COMPARE:
+            return f"operator must be one of {', '.join(_COMPARE)}"
+        if not 0 <= self.weight <= 1:
+            return "weight must be between 0 and 1"
+        if self.operator not in ("=", "!=") and self._number(self.threshold) is None:
+            return f"{self.operator} compares numbers: the threshold must be a number"
+        return ""
+
+    def matches(self, value: float | None, label: str) -> bool:
+        if not self.enabled or self.problem():
+            return False
+        threshold = self._number(self.threshold)
+        if value is not None and threshold is not None:
+            return _COMPARE[self.operator](value, threshold)
+        if self.operator in ("=", "!="):
+            return (label == self.threshold.strip()) == (self.operator == "=")
+        return False
+
+    @staticmethod
+    def _number(text: str) -> float | None:
+        text = text.strip().lower()
+        if text in ("true", "false"):
+            return 1.0 if text == "true" else 0.0
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        return number if number == number and abs(number) != float("inf") else None
+
+
+_COMPARE = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+@dataclass(frozen=True)
 class ScoringWeights:
     """The weights of Final = Base + Evidence - Penalty (+ the mapping's static weight)."""
 
@@ -108,6 +164,21 @@ class RuleSet:
     mappings: tuple[CapabilityMapping, ...] = ()
     profiles: dict[str, ToolProfile] = field(default_factory=dict)
     weights: ScoringWeights = field(default_factory=ScoringWeights)
+    score_rules: tuple[ScoreRule, ...] = ()
+
+    def score_failure(self, scores: tuple[tuple[str, float | None, str], ...]) -> float:
+        """Return the share of a failed call an ok call's scores make it (0 to 1).
+
+        Each score counts the weight of the first enabled rule of its name it matches; a
+        call's scores add up to at most one failed call.
+        """
+        total = 0.0
+        for name, value, label in scores:
+            for rule in self.score_rules:
+                if rule.score_name == name and rule.matches(value, label):
+                    total += rule.weight
+                    break
+        return min(total, 1.0)
 
     @cached_property
     def ordered_rules(self) -> tuple[IntentRule, ...]:

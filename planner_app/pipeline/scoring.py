@@ -3,7 +3,14 @@
     Base     = (1 / max(cost, 1)) * 10 + (deterministic ? 3 : 0) + (composable ? 2 : 0)
     Evidence = success_rate * 20 - min(latency_ms / 100, 5) - failure_ratio * 10
     Penalty  = side effects ? 5 : 0
-    Final    = Base + Evidence - Penalty + the mapping's static weight
+    Scores   = -scored_failures / samples * (20 + 10)
+    Final    = Base + Evidence + Scores - Penalty + the mapping's static weight
+
+Scores is what people, agents and evaluators said of the calls (traces_app.models.Score):
+each ok call among the evidence whose scores match the rule set's score rules counts as
+that share of a failed call (rule weights, at most one call per call), so it moves the
+score as much as that many failures would have: its success weight lost, its failure
+weight gained. scored_failures never exceeds the successes.
 
 The numbers are the editable ScoringWeights. With no recorded evidence, the success
 rate is 0.95 and the latency is the profile's (else 0).
@@ -39,6 +46,8 @@ class Evidence:
     samples: int
     success_rate: float
     latency_ms: float
+    # The scores of the ok calls among the samples: per call, (name, value, label) each.
+    scored: tuple[tuple[tuple[str, float | None, str], ...], ...] = ()
 
 
 EvidenceSource = Callable[[str, int], Evidence | None]
@@ -56,6 +65,8 @@ class Score:
     success_rate: float
     latency_ms: float
     samples: int
+    scores: float = 0.0  # the Scores term (zero or negative)
+    scored_failures: float = 0.0  # ok calls the scores count as failed (weighted)
 
     def as_dict(self) -> dict[str, float | int | str]:
         return dict(self.__dict__)
@@ -76,6 +87,12 @@ class ToolScorer:
             else profile.side_effects
         )
         record = evidence_of(spec.name, weights.evidence_window)
+        scored_failures = 0.0
+        if record is not None and record.samples and ruleset.score_rules:
+            scored_failures = min(
+                sum(ruleset.score_failure(scores) for scores in record.scored),
+                record.success_rate * record.samples,
+            )
         if record is None or record.samples == 0:
             success_rate, latency, samples = (
                 weights.default_success_rate,
@@ -94,8 +111,11 @@ class ToolScorer:
             - min(latency / 100 * weights.latency_per_100ms, weights.latency_cap)
             - (1 - success_rate) * weights.failure_ratio
         )
+        scores = 0.0
+        if scored_failures:
+            scores = -scored_failures / samples * (weights.success_rate + weights.failure_ratio)
         penalty = weights.side_effects if side_effects else 0.0
-        final = base + evidence - penalty + candidate.mapping_weight
+        final = base + evidence + scores - penalty + candidate.mapping_weight
         return Score(spec.name, candidate.capability, round(base, 6), round(evidence, 6),
                      penalty, candidate.mapping_weight, round(final, 6), success_rate, latency,
-                     samples)  # fmt: skip
+                     samples, round(scores, 6), round(scored_failures, 6))  # fmt: skip
