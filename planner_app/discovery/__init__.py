@@ -1,6 +1,6 @@
-"""Active tool discovery (MCP-Zero style): agents ask for tools, a two-stage router answers.
+"""Active tool discovery (MCP-Zero style): agents ask for tools, the router answers.
 
-The core (text, backends, catalogue, router, requests) is plain Python with no Django, so
+The core (text, steps, backends, catalogue, router, requests) is plain Python with no Django, so
 bench/router.py can measure it standalone; registry.py adapts it to the tool registry.
 """
 
@@ -21,6 +21,7 @@ _ROUTER_NAMES = {
     "RouterSettings",
     "Routing",
     "RoutingCache",
+    "SearchMode",
     "ServerScoring",
     "ToolMatch",
     "ToolRouter",
@@ -44,6 +45,7 @@ __all__ = [
     "RouterSettings",
     "Routing",
     "RoutingCache",
+    "SearchMode",
     "Server",
     "ServerScoring",
     "Tool",

@@ -141,8 +141,8 @@ class RegistryRouter:
         return router
 
     def search(self, tool: str, server: str = "", *, limit: int | None = None) -> Routing:
-        """Return the best tools for a request, two-stage (see ToolRouter.search)."""
-        return self.router().search(tool, server, limit=limit)
+        """Return the best tools for a request, as the settings say (see ToolRouter.route)."""
+        return self.router().route(tool, server, limit=limit)
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,19 @@ def site_router_config() -> SiteRouterConfig:
         combination=settings.ARES_ROUTER_COMBINATION,
         server_scoring=settings.ARES_ROUTER_SERVER_SCORING,
         cache_size=settings.ARES_ROUTER_CACHE_SIZE,
+        search=_choice_setting(
+            "ARES_ROUTER_SEARCH",
+            getattr(settings, "ARES_ROUTER_SEARCH", None),
+            ("flat", "two_stage"),
+            "flat",
+        ),
+        per_step=_choice_setting(
+            "ARES_ROUTER_PER_STEP",
+            getattr(settings, "ARES_ROUTER_PER_STEP", None),
+            ("true", "false"),
+            "false",
+        )
+        == "true",
     )
     return SiteRouterConfig(
         router_settings,
@@ -185,12 +198,17 @@ def semantic_setting(value: str | None) -> str:
     search if the package is missing), 'auto' does when the package is installed, 'off'
     never does. Anything else is refused.
     """
-    # Read here until settings.py (another team's file) declares it with its helpers.
-    value = value if value is not None else os.environ.get("ARES_ROUTER_SEMANTIC", "")
-    value = value.strip().lower() or SEMANTIC_DEFAULT
-    if value not in SEMANTIC_CHOICES:
-        choices = ", ".join(repr(choice) for choice in SEMANTIC_CHOICES)
-        raise ImproperlyConfigured(f"ARES_ROUTER_SEMANTIC={value!r}: choose {choices}")
+    return _choice_setting("ARES_ROUTER_SEMANTIC", value, SEMANTIC_CHOICES, SEMANTIC_DEFAULT)
+
+
+def _choice_setting(name: str, value: str | None, choices: tuple[str, ...], default: str) -> str:
+    """Return Django's value of a setting, else the environment's, else the default."""
+    # Read here until settings.py (another team's file) declares them with its helpers.
+    value = value if value is not None else os.environ.get(name, "")
+    value = value.strip().lower() or default
+    if value not in choices:
+        listed = ", ".join(repr(choice) for choice in choices)
+        raise ImproperlyConfigured(f"{name}={value!r}: choose {listed}")
     return value
 
 

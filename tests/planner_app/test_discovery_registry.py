@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 from planner_app.discovery import RouterSettings
 from planner_app.discovery.registry import RegistryRouter, catalogue_from_specs, get_router
@@ -142,3 +143,16 @@ def test_the_sites_router_takes_its_settings_from_django(settings: Any) -> None:
     settings.ARES_ROUTER_COMBINATION = "weighted"
     assert get_router() is router  # the same router, configured anew
     assert router.settings.top_tools == 3
+
+
+@pytest.mark.django_db
+def test_the_sites_router_searches_flat_unless_told_otherwise(settings: Any) -> None:
+    assert get_router().search("hash a text with sha256").mode == "flat"
+    settings.ARES_ROUTER_SEARCH = "two_stage"
+    settings.ARES_ROUTER_PER_STEP = "true"
+    router = get_router()
+    assert router.search("hash a text with sha256").mode == "two_stage"
+    assert router.settings.per_step is True
+    settings.ARES_ROUTER_SEARCH = "sideways"
+    with pytest.raises(ImproperlyConfigured, match="ARES_ROUTER_SEARCH='sideways'"):
+        get_router()

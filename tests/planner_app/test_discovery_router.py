@@ -309,7 +309,7 @@ def test_it_returns_nothing_when_no_tool_reaches_the_gate(router: ToolRouter) ->
 
 
 def test_the_gate_defaults_to_its_calibrated_value() -> None:
-    assert RouterSettings().min_score == DEFAULT_MIN_SCORE == 0.05
+    assert RouterSettings().min_score == DEFAULT_MIN_SCORE == 0.15
     assert RouterSettings(combination="product").min_score == DEFAULT_MIN_SCORE
 
 

@@ -34,7 +34,9 @@ def without_wordllama(monkeypatch: pytest.MonkeyPatch) -> None:
     ("request_text", "tool"),
     [
         ("will it rain in Oslo tomorrow", "get_forecast"),  # not one word in common
-        ("schedule a meeting with Bob on Monday", "createEvent"),
+        ("is it going to be sunny this weekend", "get_forecast"),
+        ("remove the appointment", "deleteEvent"),
+        ("show me the bugs people reported", "list_issues"),
     ],
 )
 def test_it_finds_a_paraphrase_that_shares_no_word_with_the_tool(
@@ -43,7 +45,7 @@ def test_it_finds_a_paraphrase_that_shares_no_word_with_the_tool(
     ungated = RouterSettings(min_score=0.0)
     lexical = ToolRouter(CATALOGUE, ungated).search_flat(request_text)
     fused = ToolRouter(CATALOGUE, ungated, semantic=WordLlamaBackend()).search_flat(request_text)
-    assert lexical.tool_names[:1] != [tool]
+    assert lexical.matches == ()  # TF-IDF finds nothing at all
     assert fused.tool_names[0] == tool
     assert fused.matches[0].semantic_score is not None
 

@@ -1,0 +1,59 @@
+"""Split a request into its steps, so that each step is routed on its own words.
+
+A request for several tools ("find the forecast, then book a flight; also convert the
+price") ranks the tools of its main topic first and its other steps' tools low. Splitting
+it at sentence ends, step markers (then, also, additionally, finally; 然后, 接着, 另外,
+最后 ...), enumerations (1. 2) a) - *) and, between two clauses long enough to be steps
+of their own, "and", lets every step bring its own best tools.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Where one step ends and the next begins; splitting keeps neither the marker nor the
+# punctuation. English markers are words; Chinese ones need no spaces around them.
+_SENTENCE_END = r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|[。！？；;\n]+"
+_ENUMERATION = r"(?:^|\s)(?:\(?\d{1,2}[.)]|\(?[a-h]\)|[-*•])\s+"
+_ENGLISH_MARKERS = (
+    r"\b(?:and then|then|after that|afterwards|next|finally|lastly|also|additionally|"
+    r"in addition|furthermore|moreover|besides|as well as|plus)\b,?"
+)
+_CHINESE_MARKERS = (
+    r"(?:然后|接着|之后|随后|再然后|最后|另外|此外|并且|同时|还要|还需要|以及|首先|其次)[，,]?"
+)
+_SPLIT = re.compile(
+    f"{_SENTENCE_END}|{_ENUMERATION}|{_ENGLISH_MARKERS}|{_CHINESE_MARKERS}",
+    re.IGNORECASE | re.MULTILINE,
+)
+_AND = re.compile(r",?\s+\band\b\s+|[，,]\s*(?=\S)", re.IGNORECASE)
+_WORD = re.compile(r"\w+")
+# A clause of fewer words is a phrase ("salt and pepper"), not a step of its own.
+MIN_STEP_WORDS = 4
+MAX_STEPS = 4
+
+
+def split_steps(request: str) -> list[str]:
+    """Return the request's steps in order; a request of one step gives [request]."""
+    steps = []
+    for part in _SPLIT.split(request):
+        steps.extend(_split_clauses(part.strip(" \t,，:：")))
+    steps = [step for step in steps if _WORD.search(step)]
+    if len(steps) <= 1:
+        return [request.strip()]
+    if len(steps) > MAX_STEPS:  # a long text: keep the first steps, the rest as one
+        steps = [*steps[: MAX_STEPS - 1], " ".join(steps[MAX_STEPS - 1 :])]
+    return steps
+
+
+def _split_clauses(part: str) -> list[str]:
+    """Return a sentence split at "and" and commas when every piece is long enough."""
+    pieces = [piece.strip() for piece in _AND.split(part) if piece.strip()]
+    if len(pieces) > 1 and all(_words(piece) >= MIN_STEP_WORDS for piece in pieces):
+        return pieces
+    return [part] if part else []
+
+
+def _words(text: str) -> int:
+    """Return the words of a text, a CJK character counting as one."""
+    return sum(len(word) if not word.isascii() else 1 for word in _WORD.findall(text))
