@@ -11,7 +11,12 @@ spans per second, the server's peak memory (RSS of gunicorn's master and workers
 its CPU time per 1000 spans, which tells what the code costs even on a busy machine.
 
     .venv/bin/python bench/ingest.py [--database sqlite|postgres|both] [--invocations N]
-                                     [--mode rest|otlp|both] [--agent-spans]
+                                     [--mode rest|otlp|both|scores] [--agent-spans]
+
+With --mode scores, the spans are stored first (untimed), then one score per tool span
+(result_correct, from an evaluator, with a client id) is posted to POST /api/v1/scores in
+batches of 1,000 and timed: the figures are scores per second; every score must be stored
+joined to its span (none pending).
 
 With --agent-spans, each OTLP trace gets an `invoke_agent` root span named after its agent,
 exported after the spans below it, which carry no agent (their service is BENCH_SERVICE):
@@ -105,7 +110,10 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument(
-        "--mode", choices=["rest", "otlp", "both"], default="rest", help="the ingest path"
+        "--mode",
+        choices=["rest", "otlp", "both", "scores"],
+        default="rest",
+        help="the ingest path, or scores (POST /api/v1/scores of the stored spans)",
     )
     parser.add_argument("--invocations", type=int, default=200_000)
     parser.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients")
@@ -462,7 +470,12 @@ def stop(server: subprocess.Popen) -> None:
 
 
 def post_all(
-    port: int, key: str, batches: list[tuple[int, bytes]], clients: int, deadline: float
+    port: int,
+    key: str,
+    batches: list[tuple[int, bytes]],
+    clients: int,
+    deadline: float,
+    path: str = "/api/v1/invocations",
 ) -> float:
     """Post every batch from `clients` threads; return the elapsed seconds.
 
@@ -484,7 +497,7 @@ def post_all(
                 except queue.Empty:
                     return
                 try:
-                    response = http.post("/api/v1/invocations", content=body, timeout=120)
+                    response = http.post(path, content=body, timeout=120)
                 except httpx.HTTPError as exc:
                     errors.append(f"request failed: {exc!r}")
                     return
@@ -579,12 +592,21 @@ class Workload:
     tool_spans: int
     spans: int  # what the server must store: the demo spans, and any agent spans
     agent_spans: bool = False
+    scores: list[tuple[int, bytes]] | None = None  # scores mode: the timed batches
 
     def send(self, port: int, key: str, clients: int, deadline: float) -> float:
-        """Send everything to the server on `port`; return the elapsed seconds."""
+        """Send everything to the server on `port`; return the elapsed seconds (timed part)."""
         if self.mode == "otlp":
             return export_all(port, key, self.items, clients, deadline)
+        if self.scores is not None:
+            post_all(port, key, self.items, clients, deadline)
+            return post_all(port, key, self.scores, clients, deadline, "/api/v1/scores")
         return post_all(port, key, self.items, clients, deadline)
+
+    @property
+    def timed_items(self) -> int:
+        """What the figures count: spans, or scores in scores mode."""
+        return sum(size for size, _ in self.scores) if self.scores is not None else self.spans
 
 
 def prepare(mode: str, args: argparse.Namespace) -> Workload:
@@ -594,20 +616,39 @@ def prepare(mode: str, args: argparse.Namespace) -> Workload:
         spans = demo_readable_spans(args.invocations, args.seed, args.agent_spans)
         return Workload(mode, spans, tools, len(spans), args.agent_spans)
     batches = encode_batches(args.invocations, args.seed, args.gzip)
+    if mode == "scores":
+        scores = encode_score_batches(args.invocations, args.seed)
+        return Workload(mode, batches, tools, args.invocations, scores=scores)
     return Workload(mode, batches, tools, args.invocations)
+
+
+def encode_score_batches(count: int, seed: int) -> list[tuple[int, bytes]]:
+    """Return (score count, body) per batch: one result_correct score per demo tool span."""
+    scores = [
+        {"name": "result_correct", "value": index % 5 != 0, "source": "evaluator",
+         "trace_id": span["trace_id"], "span_id": span["span_id"],
+         "client_id": f"bench-{index}", "comment": "checked against the expected answer"}
+        for index, span in enumerate(s for s in demo_spans(count, seed=seed) if s["kind"] == "tool")
+    ]  # fmt: skip
+    return [
+        (len(chunk), json.dumps({"scores": chunk}, separators=(",", ":")).encode())
+        for chunk in (
+            scores[start : start + BATCH_SIZE] for start in range(0, len(scores), BATCH_SIZE)
+        )
+    ]
 
 
 def run_server_bench(
     database: str,
     database_url: str,
-    count_rows: Callable[[], tuple[int, int, int]],
+    count_rows: Callable[[], tuple[int, int, int, int, int]],
     args: argparse.Namespace,
     workload: Workload,
     backends_of: str | None = None,
 ) -> Result:
     env = server_env(database_url, args.workers)
     manage(env, "migrate", "--noinput")
-    key = manage(env, "create_api_key", "--name", "bench", "--scopes", "report").strip()
+    key = manage(env, "create_api_key", "--name", "bench", "--scopes", "report,score").strip()
     port = free_port()
     deadline = time.monotonic() + args.time_limit
     with gunicorn(env, port) as server:
@@ -620,8 +661,13 @@ def run_server_bench(
             sampler.stop()
         client_cpu = time.process_time() - client_cpu
         workers = len(process_tree(read_processes(), server.pid)) - 1
-    stored, traced, unattributed = count_rows()
+    stored, traced, unattributed, scores, pending = count_rows()
     name = f"{database}/{workload.mode}"
+    if workload.scores is not None and (scores != workload.timed_items or pending):
+        raise BenchError(
+            f"{name}: {scores} scores stored ({pending} pending), wanted "
+            f"{workload.timed_items} joined to their spans"
+        )
     if stored != workload.spans or traced != workload.spans:
         raise BenchError(
             f"{name}: {stored} spans stored and {traced} counted in trace totals, "
@@ -634,7 +680,7 @@ def run_server_bench(
         )
     return Result(
         name,
-        workload.spans,
+        workload.timed_items,
         args.clients,
         workers,
         seconds,
@@ -651,7 +697,9 @@ COUNT_SQL = (
     "SELECT (SELECT count(*) FROM traces_app_invocation),"
     " (SELECT coalesce(sum(span_count), 0) FROM traces_app_trace),"
     " (SELECT count(*) FROM traces_app_invocation"
-    f"  WHERE kind = 'tool' AND agent = '{BENCH_SERVICE}')"
+    f"  WHERE kind = 'tool' AND agent = '{BENCH_SERVICE}'),"
+    " (SELECT count(*) FROM traces_app_score),"
+    " (SELECT count(*) FROM traces_app_score WHERE pending)"
 )
 
 
@@ -659,7 +707,7 @@ def bench_sqlite(args: argparse.Namespace, workload: Workload) -> Result:
     with tempfile.TemporaryDirectory(prefix="ares-bench-") as folder:
         path = Path(folder) / "bench.sqlite3"
 
-        def count_rows() -> tuple[int, int, int]:
+        def count_rows() -> tuple[int, int, int, int, int]:
             with sqlite3.connect(path) as db:
                 return db.execute(COUNT_SQL).fetchone()
 
@@ -675,7 +723,7 @@ def bench_postgres(args: argparse.Namespace, workload: Workload) -> Result | Non
         if bench_url is None:
             return None
 
-        def count_rows() -> tuple[int, int, int]:
+        def count_rows() -> tuple[int, int, int, int, int]:
             dsn = urlunsplit(parts._replace(scheme="postgresql", path=f"/{name}"))
             with psycopg.connect(dsn) as db:
                 return db.execute(COUNT_SQL).fetchone()
@@ -713,8 +761,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     results: list[Result] = []
     failed = False
-    for mode in ("rest", "otlp"):
-        if args.mode not in (mode, "both"):
+    for mode in ("rest", "otlp", "scores"):
+        if args.mode not in (mode, "both") or (mode == "scores" and args.mode != "scores"):
             continue
         started = time.perf_counter()
         workload = prepare(mode, args)
@@ -744,6 +792,14 @@ def main() -> int:
 
 
 def print_result(result: Result) -> None:
+    if result.database.endswith("/scores"):
+        print(
+            f"{result.database}: {result.per_second:.0f} scores/s, peak "
+            f"{result.peak_rss_mb:.0f} MB, CPU per 1000 scores: gunicorn "
+            f"{result.ms_per_1000(result.server_cpu_seconds):.0f} ms, PostgreSQL "
+            f"{result.ms_per_1000(result.database_cpu_seconds):.0f} ms"
+        )
+        return
     print(
         f"{result.database}: {result.per_second:.0f} inv/s "
         f"({result.tool_spans_per_second:.0f} tool spans/s), peak {result.peak_rss_mb:.0f} MB, "

@@ -77,16 +77,30 @@ def store_scores(items: Sequence[ScoreItem], reported_by: str) -> None:
             )  # fmt: skip
             item.row, item.status = None, "rejected"
     now = timezone.now()
-    for item in new:
-        if item.row is None:
-            continue
-        row = {**item.row, "reported_by": reported_by[:200], "created_at": now}
+    storing = [item for item in new if item.row is not None]
+    rows = [
+        Score(pending=item.pending, reported_by=reported_by[:200], created_at=now, **item.row)
+        for item in storing
+    ]
+    try:
+        with transaction.atomic():
+            Score.objects.bulk_create(rows)
+    except IntegrityError:  # a client id stored meanwhile by another request: one by one
+        _store_one_by_one(storing, rows)
+        return
+    for item, score in zip(storing, rows, strict=True):
+        item.status, item.score_id = "accepted", score.pk
+
+
+def _store_one_by_one(items: Sequence[ScoreItem], rows: Sequence[Score]) -> None:
+    for item, score in zip(items, rows, strict=True):
         try:
             with transaction.atomic():
-                score = Score.objects.create(pending=item.pending, **row)
+                score.pk = None
+                score.save(force_insert=True)
             item.status, item.score_id = "accepted", score.pk
-        except IntegrityError:  # the same client id, stored meanwhile by another request
-            existing = Score.objects.filter(client_id=row["client_id"]).first()
+        except IntegrityError:
+            existing = Score.objects.filter(client_id=score.client_id).first()
             item.status = "duplicate"
             item.score_id = existing.pk if existing else None
             item.pending = bool(existing and existing.pending)

@@ -206,3 +206,25 @@ def test_a_key_without_the_score_scope_is_refused(definitions, live_server, make
 )
 def test_a_definition_says_what_is_wrong_with_it(fields, problem):
     assert problem in ScoreDefinition(**fields).problems()
+
+
+def test_a_client_id_stored_meanwhile_by_another_request_is_a_duplicate(definitions, monkeypatch):
+    from traces_app import scores as scores_module
+
+    trace_id = secrets.token_hex(16)
+    Score.objects.create(name="feedback", data_type="boolean", value=1.0, label="true",
+                         source="human", trace_id=trace_id, client_id="taken",
+                         reported_by="another request")  # fmt: skip
+    monkeypatch.setattr(scores_module, "_mark_duplicates", lambda items: None)  # the race
+    items = [
+        scores_module.ScoreItem(0, {"name": "feedback", "raw_value": True, "source": "human",
+                                    "comment": "", "trace_id": trace_id, "span_id": "",
+                                    "client_id": client_id})
+        for client_id in ("taken", "free")
+    ]  # fmt: skip
+    scores_module.check_values(items)
+
+    scores_module.store_scores(items, "key judge-bot")
+
+    assert [item.status for item in items] == ["duplicate", "accepted"]
+    assert Score.objects.filter(client_id="free", reported_by="key judge-bot").exists()
