@@ -23,6 +23,7 @@ from planner_app.models import (
     CapabilityMapping,
     IntentRule,
     RuleSetVersion,
+    ScoreRule,
     ScoringWeights,
     ToolProfile,
     Workflow,
@@ -416,3 +417,12 @@ class AgentAdmin(admin.ModelAdmin):
     @admin.display(description="Tools")
     def tool_list(self, agent: Agent) -> str:
         return ", ".join(agent.tools) if agent.tools else "(none)"
+
+
+@admin.register(ScoreRule)
+class ScoreRuleAdmin(admin.ModelAdmin):
+    """How scores count in a tool's evidence; versioned with the rules."""
+
+    list_display = ["score_name", "operator", "threshold", "weight", "enabled", "note"]
+    list_editable = ["enabled"]
+    list_filter = ["enabled", "score_name"]

@@ -14,7 +14,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from traces_app.models import SCOPES, ApiKey, FailureSpiral, Invocation, OtlpProducer, Trace
+from traces_app.models import (
+    SCOPES,
+    ApiKey,
+    FailureSpiral,
+    Invocation,
+    OtlpProducer,
+    Score,
+    ScoreDefinition,
+    Trace,
+)
 from traces_app.tasks import recompute_trace_totals_task
 
 
@@ -191,3 +200,42 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} key(s).")
+
+
+@admin.register(ScoreDefinition)
+class ScoreDefinitionAdmin(admin.ModelAdmin):
+    """Scores' names, types and ranges or labels: every score sent is checked against them."""
+
+    list_display = ["name", "data_type", "allowed", "description"]
+    list_filter = ["data_type"]
+    search_fields = ["name", "description"]
+
+    @admin.display(description="Values")
+    def allowed(self, definition: ScoreDefinition) -> str:
+        if definition.data_type == "categorical":
+            return ", ".join(definition.categories)
+        if definition.data_type == "boolean":
+            return "true, false"
+        low = "−∞" if definition.min_value is None else f"{definition.min_value:g}"
+        high = "∞" if definition.max_value is None else f"{definition.max_value:g}"
+        return f"{low} to {high}"
+
+
+@admin.register(Score)
+class ScoreAdmin(ReadOnlyAdmin):
+    list_display = ["name", "shown_value", "source", "target", "pending", "reported_by",
+                    "created_at"]  # fmt: skip
+    list_filter = ["name", "source", "pending", "data_type"]
+    search_fields = ["=trace_id", "=span_id", "=client_id", "comment", "reported_by"]
+    date_hierarchy = "created_at"
+
+    @admin.display(description="Value")
+    def shown_value(self, score: Score) -> str:
+        return score.shown_value
+
+    @admin.display(description="Scores")
+    def target(self, score: Score) -> str:
+        url = reverse("trace-detail", args=[score.trace_id])
+        anchor = f"#span-{score.span_id}" if score.span_id else ""
+        label = f"span {score.span_id}" if score.span_id else "the whole trace"
+        return format_html('<a href="{}{}">{}</a>', url, anchor, label)

@@ -1290,6 +1290,13 @@ class ScoreDefinition(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        found = self.problems()
+        if found:
+            raise ValidationError(found)
+
     def problems(self) -> dict[str, str]:
         """Return what is wrong with the definition, per field (empty when it is sound)."""
         found = {}
