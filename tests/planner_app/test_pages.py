@@ -139,3 +139,50 @@ def test_it_names_the_problem_with_a_pasted_draft(
     error = staff_page.locator("#error").inner_text()
     assert "rule 'bad': invalid regex '(oops'" in error
     assert staff_page.locator("#id_draft").input_value() == draft
+
+
+def test_an_operator_edits_a_rule_and_sees_the_planners_new_choice(
+    staff_page: Any, live_server: Any, default_rules: None, fresh_ruleset_cache: None
+) -> None:
+    page = staff_page
+    page.goto(f"{live_server.url}/")
+    page.click("nav >> text=Try the planner")
+    page.fill("#id_request", "the date in Tokyo")
+    page.click("#plan-button")
+    page.click("#rules-matched >> text=datetime")  # to the rule in the admin
+    assert "/admin/planner_app/intentrule/" in page.url
+    keywords = page.locator("#id_keywords").input_value().splitlines()
+    page.fill("#id_keywords", ", ".join([*keywords, "clock"]))
+    page.click("input[name=_save]")
+    page.wait_for_url("**/admin/planner_app/intentrule/")
+    assert IntentRule.objects.get(name="datetime").keywords == [*keywords, "clock"]
+    page.click("tr:has(a:text-is('datetime')) a.try-rule")  # and back to the planner
+    assert page.locator("#from-rule").inner_text().startswith("Trying rule datetime")
+    page.fill("#id_request", "clock in Tokyo")  # no rule read "clock" before
+    page.click("#plan-button")
+    assert page.locator("#steps .chosen-tool").inner_text() == "datetime"
+    assert '"timezone": "Asia/Tokyo"' in page.locator("#steps").inner_text()
+    assert "clock" in page.locator("#rules-matched tr.from-rule").inner_text()
+    page.click("#back-to-rule")
+    assert page.locator("#id_keywords").input_value().splitlines()[-1] == "clock"
+
+
+def test_rolling_back_asks_first_and_can_be_called_off(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    first = RuleSetVersion.objects.order_by("number").first()
+    IntentRule.objects.get(name="regex").delete()
+    page = staff_page
+    page.goto(f"{live_server.url}/admin/planner_app/rulesetversion/")
+    page.check(f"input[name=_selected_action][value='{first.pk}']")
+    page.select_option("select[name=action]", "roll_back")
+    page.click("button[name=index]")
+    assert "+ rule regex" in page.locator("#diff").inner_text()
+    page.click("text=No, take me back")
+    assert not IntentRule.objects.filter(name="regex").exists()
+    page.check(f"input[name=_selected_action][value='{first.pk}']")
+    page.select_option("select[name=action]", "roll_back")
+    page.click("button[name=index]")
+    page.click(f"input[value='Yes, roll back to v{first.number}']")
+    assert f"rolled back to v{first.number}" in page.locator("ul.messagelist").inner_text()
+    assert IntentRule.objects.filter(name="regex").exists()
