@@ -206,6 +206,12 @@ class Change:
     text: str
     previous: str
     tone: str = ""
+    absent: bool = False  # the previous period had nothing to compare with
+
+    @property
+    def arrow(self) -> str:
+        """Return ▲ for a rise and ▼ for a fall, whichever way is good."""
+        return {"+": "▲", "-": "▼"}.get(self.text[:1], "")
 
 
 def relative_change(now: float, before: float, worse_when_up: bool | None = None) -> Change:
@@ -214,14 +220,14 @@ def relative_change(now: float, before: float, worse_when_up: bool | None = None
     if now == before:
         return Change("no change", previous)
     if not before:
-        return Change("new", previous, _tone(now > before, worse_when_up))
+        return Change("new", previous, absent=True)
     return Change(f"{(now - before) / before:+.1%}", previous, _tone(now > before, worse_when_up))
 
 
 def rate_change(now: float | None, before: float | None, worse_when_up: bool = True) -> Change:
     """Return the change of a rate (a share) against the previous period, in points."""
     if before is None:
-        return Change("no previous calls", "–")
+        return Change("no previous calls", "–", absent=True)
     previous = f"{before:.1%}"
     if now is None:
         return Change("no calls now", previous)

@@ -153,9 +153,10 @@ def test_it_compares_each_card_with_the_previous_period(admin_client: Client, db
     changes = overview.changes
     assert (changes["calls"].text, changes["calls"].previous) == ("-75.0%", "4")
     assert (changes["error_rate"].text, changes["error_rate"].tone) == ("-75.0 pts", "better")
-    assert (changes["cost"].text, changes["cost"].tone) == ("new", "worse")
+    assert (changes["cost"].text, changes["cost"].absent) == ("new", True)
     html = response.content.decode()
     assert "-75.0% vs the previous day" in html
+    assert "none in the previous day" in html  # the cost, which had nothing to compare with
     assert "Showing <strong>last 24 hours</strong>" in html and "against the previous day" in html
 
 

@@ -109,6 +109,7 @@ def test_a_relative_change_says_how_much_and_which_way(now, before, worse_when_u
     change = relative_change(now, before, worse_when_up)
 
     assert (change.text, change.tone) == (text, tone)
+    assert change.arrow == {"+": "▲", "-": "▼"}.get(text[:1], "")
 
 
 def test_a_rate_change_is_in_points() -> None:
