@@ -500,10 +500,14 @@ def print_selection(results: list[Result]) -> None:
             f = result.by_split["held-out"]
             columns = " | ".join(with_interval(f.per_query[:, i]) for i in range(3))
             print(
-                f"| {tuned_on} | {pick.method.name} | {gate[0]:.3f}, {gate[1]:.3f} | {tested_on} "
-                f"| {columns} | "
+                f"| {tuned_on} | {pick.method.name} | {_gate_text(gate, pick.method)} "
+                f"| {tested_on} | {columns} | "
                 f"{gate_figures(f, gate)} |"
             )
+
+
+def _gate_text(gate: tuple[float, float], method: Method) -> str:
+    return f"{gate[0]:.3f}, {gate[1]:.3f}" if method.semantic else f"{gate[0]:.3f}"
 
 
 def model_memory_mb() -> float:
