@@ -25,21 +25,8 @@ pytestmark = pytest.mark.browser
 default_rules = planner_fixtures.default_rules
 BLOCKING = ("serious", "critical")
 # Violations whose fix lives in a file another change owns, pending there: (rule, the part of
-# the page they are in). Each names its fix; remove the entry when the fix is in.
-PENDING_ELSEWHERE = [
-    # static/ares_site/css/console.css: `ul.span-tree a.span-pick { text-decoration: none }`
-    # makes the span tree's links colour-only (WCAG 1.4.1): keep their underline.
-    ("link-in-text-block", ".span-tree-panel"),
-    # console.css: `.span-tree-panel { background: #fff }` stays white in the dark theme
-    # under light text: `background: var(--surface)`.
-    ("color-contrast", ".span-tree-panel"),
-    # console.css: `#traces th[aria-sort] { background: #e2e7f3 }`: `var(--sorted)`.
-    ("color-contrast", "#traces th[aria-sort]"),
-    # console.css: `.badge.gave-up { background: #fdecea; color: var(--bad); ... }` puts the
-    # dark theme's light red on a light pink: `background: var(--bad-bg);
-    # border-color: var(--bad-line)` (as `.badge.bad` in site.css).
-    ("color-contrast", ".badge.gave-up"),
-]
+# the page they are in), each with its fix named; remove the entry when the fix is in.
+PENDING_ELSEWHERE: list[tuple[str, str]] = []
 IN_PART = "([target, part]) => !!document.querySelector(target)?.closest(part)"
 
 
