@@ -218,9 +218,8 @@ class IntentRuleRowForm(LabelledRowsForm):
 
 def try_link(rule: IntentRule) -> str:
     """Return the Try page's address for a request that the rule matches, coming from the rule."""
-    words = rule.keywords or []
-    query = {"request": f"{words[0]} " if words else "", "rule": rule.name}
-    return f"{reverse('planner-try')}?{urlencode(query)}"
+    query = {"request": f"{rule.keywords[0]} "} if rule.keywords else {}  # patterns: type one
+    return f"{reverse('planner-try')}?{urlencode({**query, 'rule': rule.name})}"
 
 
 @admin.register(Capability)

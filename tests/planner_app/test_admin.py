@@ -196,3 +196,16 @@ def test_the_version_page_shows_old_and_new_values(client: Client) -> None:
     assert "~ rule hashing: keywords +digest −md5 −sha1 −sha256 −sha512 −哈希; priority 80 → 3" in (
         html
     )
+
+
+def test_a_rule_with_only_patterns_links_to_an_empty_try_page(client: Client) -> None:
+    rule = IntentRule.objects.get(name="regex")
+    client.post(
+        f"/admin/planner_app/intentrule/{rule.pk}/change/",
+        rule_form(rule, keywords="", patterns=r"\bre\b"),
+    )
+    page = client.get(f"/admin/planner_app/intentrule/{rule.pk}/change/").content.decode()
+    assert 'href="/planner/try?rule=regex"' in page
+    response = client.get("/planner/try", {"rule": "regex"})
+    assert response.status_code == 200
+    assert 'id="back-to-rule"' in response.content.decode()
