@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db.models import Count, Model, Q, QuerySet, Sum
@@ -28,12 +29,21 @@ def traces(request: HttpRequest) -> HttpResponse:
     context.update(
         rows=timeline.trace_rows(context["page"].rows),
         totals=_trace_totals(context["matching"]),
+        api_query=_api_query(form, context["time_range"]),
         sort=form.order,
         sort_query=_without(request, "after", "before", "sort"),
         agents=_known(SpanRollup, "agent", context["time_range"]),
         tools=_known(ToolRollup, "tool_name", context["time_range"]),
     )
     return render(request, "traces_app/traces.html", context)
+
+
+def _api_query(form: TraceFilterForm, time_range: TimeRange) -> str:
+    """Return the query of GET /api/v1/traces that lists what the page lists, range included."""
+    values = {name: value for name, value in form.cleaned_data.items() if value}
+    values.setdefault("match", "contains")  # the page's default; the API's is exact
+    values.update(since=time_range.since.isoformat(), until=time_range.until.isoformat())
+    return urlencode(values)
 
 
 def _trace_totals(traces: QuerySet) -> dict[str, Any]:

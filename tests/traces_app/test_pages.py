@@ -175,6 +175,24 @@ def test_it_filters_traces(
     assert trace_ids_on(response) == {traces[name] for name in expected}
 
 
+def test_it_links_the_same_list_in_the_api(admin_client: Client, traces: dict[str, str]) -> None:
+    response = admin_client.get("/traces/", {"agent": "alp", "range": "6h", "sort": "-cost"})
+
+    link = re.search(r'id="api-link" href="([^"]+)"', response.content.decode()).group(1)
+    query = parse_qs(urlparse(link.replace("&amp;", "&")).query)
+    time_range = response.context["time_range"]
+    assert urlparse(link).path == "/api/v1/traces"
+    assert {key: values[0] for key, values in query.items()} == {
+        "agent": "alp",
+        "match": "contains",
+        "sort": "-cost",
+        "since": time_range.since.isoformat(),
+        "until": time_range.until.isoformat(),
+    }
+    api = admin_client.get(link.replace("&amp;", "&")).json()
+    assert [item["trace_id"] for item in api["items"]] == [traces["T1"]]
+
+
 def test_it_totals_the_matching_traces(admin_client: Client, traces: dict[str, str]) -> None:
     Trace.objects.filter(pk=traces["T2"]).update(cost_usd=1234.5, input_tokens=1_000_000)
 
@@ -206,6 +224,7 @@ def test_it_sorts_traces(
     Trace.objects.filter(pk=traces["T2"]).update(cost_usd=9.0)
     Trace.objects.filter(pk=traces["T3"]).update(input_tokens=50_000)
     Trace.objects.filter(pk=traces["T1"]).update(ended_at=T0 + timedelta(seconds=500))
+    Trace.objects.filter(pk=traces["T2"]).update(ended_at=T0 + timedelta(seconds=30))  # 10 s
 
     response = admin_client.get("/traces/", {"sort": sort})
 
