@@ -358,9 +358,12 @@ class LlmExchange:
 
 
 def llm_exchange(span: Invocation) -> LlmExchange:
-    """Return what an LLM span recorded of its input messages, offered tools and output."""
+    """Return what an LLM span recorded of its input messages, offered tools and output.
+
+    Reads OpenAI's chat shapes, and OpenTelemetry GenAI's messages made of `parts`
+    (text parts, and tool_call parts in an output message list).
+    """
     sent = span.arguments if isinstance(span.arguments, dict) else {}
-    answer = span.result if isinstance(span.result, dict) else {}
     raw_messages = sent.get("messages")
     if isinstance(raw_messages, list):
         messages = [_message(item) for item in raw_messages]
@@ -368,6 +371,16 @@ def llm_exchange(span: Invocation) -> LlmExchange:
         prompt = sent.get("input", sent.get("prompt"))
         messages = [LlmMessage("user", _text(prompt))] if prompt is not None else []
     raw_tools = sent.get("tools")
+    if isinstance(span.result, list):  # GenAI output messages
+        answer = {
+            "content": "\n".join(_message(item).content for item in span.result),
+            "tool_calls": [call for item in span.result for call in _tool_call_parts(item)],
+            "finish_reason": next(
+                (item.get("finish_reason") for item in span.result if isinstance(item, dict)), ""
+            ),
+        }
+    else:
+        answer = span.result if isinstance(span.result, dict) else {}
     output = answer.get("content", answer.get("output", answer.get("completion")))
     if output is None and isinstance(span.result, str):
         output = span.result
@@ -380,6 +393,13 @@ def llm_exchange(span: Invocation) -> LlmExchange:
         tool_calls=[_tool_call(call) for call in answer.get("tool_calls") or [] if call],
         finish_reason=_text(answer.get("finish_reason") or ""),
     )
+
+
+def _tool_call_parts(message: Any) -> list[Any]:
+    parts = message.get("parts") if isinstance(message, dict) else None
+    if not isinstance(parts, list):
+        return []
+    return [part for part in parts if isinstance(part, dict) and part.get("type") == "tool_call"]
 
 
 def _count(value: Any) -> int | None:
@@ -401,6 +421,15 @@ def _message(item: Any) -> LlmMessage:
     if not isinstance(item, dict):
         return LlmMessage("", _text(item))
     content = item.get("content")
+    parts = item.get("parts")
+    if content is None and isinstance(parts, list):  # GenAI: [{"type": "text", "content": ...}]
+        texts = [
+            part.get("content", part.get("text"))
+            for part in parts
+            if isinstance(part, dict) and part.get("type", "text") == "text"
+        ]
+        calls = [_tool_call(part) for part in _tool_call_parts(item)]
+        content = "\n".join([_text(text) for text in texts if text is not None] + calls)
     if content is None and item.get("tool_calls"):
         content = "calls " + ", ".join(_tool_call(call) for call in item["tool_calls"])
     return LlmMessage(_text(item.get("role", "")), "" if content is None else _text(content))

@@ -420,6 +420,30 @@ def test_it_shows_what_an_llm_span_was_sent_and_answered(admin_client: Client, d
     assert "calculator({&quot;expression&quot;: &quot;6*7&quot;})" in html
 
 
+def test_it_reads_opentelemetry_genai_messages_made_of_parts(
+    admin_client: Client, db: None
+) -> None:
+    trace_id = secrets.token_hex(16)
+    sent = {"messages": [{"role": "user", "parts": [{"type": "text", "content": "Weather?"}]}]}
+    answer = [
+        {
+            "role": "assistant",
+            "finish_reason": "tool_call",
+            "parts": [{"type": "tool_call", "name": "weather", "arguments": {"city": "Oslo"}}],
+        }
+    ]
+    record(
+        make_span(trace_id=trace_id, kind="llm", tool_name="", chosen_by=None, ran_on=None,
+                  model="gpt-4o", arguments=sent, result=answer),
+    )  # fmt: skip
+
+    (row,) = admin_client.get(f"/traces/{trace_id}/").context["rows"]
+
+    assert [(m.role, m.content) for m in row.llm.messages] == [("user", "Weather?")]
+    assert row.llm.tool_calls == ['weather({"city": "Oslo"})']
+    assert row.llm.finish_reason == "tool_call"
+
+
 def test_it_says_when_an_llm_span_recorded_only_counts(admin_client: Client, db: None) -> None:
     trace_id = secrets.token_hex(16)
     record(
