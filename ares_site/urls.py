@@ -4,7 +4,7 @@ from django.urls import include, path
 from ares_site import views
 from ares_site.api import api
 from planner_app import views as planner_views
-from traces_app import otlp_views
+from traces_app import otlp_views, score_views
 
 admin.site.site_header = "ARES Console"
 admin.site.site_title = "ARES Console"
@@ -21,6 +21,7 @@ urlpatterns = [
     path("planner/", include("planner_app.urls")),
     path("sandbox/", planner_views.sandbox_page, name="sandbox"),
     path("sandbox/run", planner_views.sandbox_run, name="sandbox-run"),
+    path("scores/new", score_views.add_score, name="score-add"),
     path("", include("traces_app.urls")),
     path("", include("planner_app.dashboard_urls")),
 ]

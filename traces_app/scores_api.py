@@ -141,7 +141,7 @@ def send_scores(request: HttpRequest) -> HttpResponse:
     and joined when it arrives. The status is 422 only when every item was rejected.
     """
     raw_items = _batch_items(read_json_body(request))
-    items = [_read_item(index, raw) for index, raw in enumerate(raw_items)]
+    items = [read_item(index, raw) for index, raw in enumerate(raw_items)]
     check_values(items)
     store_scores(items, _sender(request))
     outcomes = [_outcome(item) for item in items]
@@ -177,7 +177,7 @@ def _batch_items(body: Any) -> list[Any]:
     return items
 
 
-def _read_item(index: int, raw: Any) -> ScoreItem:
+def read_item(index: int, raw: Any) -> ScoreItem:
     item = ScoreItem(index)
     if not isinstance(raw, dict):
         item.errors.append(("(item)", f"each score must be an object, got {type(raw).__name__}"))

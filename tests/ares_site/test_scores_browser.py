@@ -1,0 +1,68 @@
+"""Scoring a span and a whole trace from the trace page, in a real Chromium."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import pytest
+
+from tests.ares_site.browser import assert_stayed_local
+from tests.conftest import make_span
+from traces_app.models import Score, ScoreDefinition
+from traces_app.schemas import InvocationIn
+from traces_app.services import record_invocations
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def scored_trace(transactional_db: None) -> dict[str, str]:
+    ScoreDefinition.objects.get_or_create(name="feedback", defaults={"data_type": "boolean"})
+    ScoreDefinition.objects.get_or_create(
+        name="helpfulness", defaults={"data_type": "numeric", "min_value": 0, "max_value": 1}
+    )
+    trace_id = secrets.token_hex(16)
+    span = make_span(trace_id=trace_id, tool_name="web_search", arguments={"query": "mcp"})
+    record_invocations([InvocationIn.model_validate(span)])
+    return {"trace_id": trace_id, "span_id": span["span_id"]}
+
+
+def test_an_operator_scores_a_span_and_the_trace(staff_page: Any, live_server: Any, scored_trace):
+    page, ids = staff_page, scored_trace
+    page.goto(f"{live_server.url}/traces/{ids['trace_id']}/#span-{ids['span_id']}")
+    panel = page.locator(f"#scores-{ids['span_id']}")
+    panel.get_by_label("Comment on this span").fill("the wrong page <b>again</b>")
+    panel.get_by_role("button", name=f"Thumbs down for span {ids['span_id']}").click()
+    page.wait_for_load_state()
+
+    assert "Scored span" in page.locator("#scores").inner_text()
+    shown = page.locator(f"#scores-{ids['span_id']} ul.scores").inner_text()
+    assert "feedback = false" in shown and "the wrong page <b>again</b>" in shown
+    trace_panel = page.locator("#scores")
+    trace_panel.get_by_role("button", name="Thumbs up for the trace").click()
+    page.wait_for_load_state()
+
+    scores = Score.objects.order_by("pk")
+    assert [(s.span_id, s.label, s.source, s.reported_by) for s in scores] == [
+        (ids["span_id"], "false", "human", "user operator"),
+        ("", "true", "human", "user operator"),
+    ]
+    assert "feedback = true" in page.locator("#scores ul.scores").inner_text()
+    assert_stayed_local(page, live_server)
+
+
+def test_a_value_outside_the_definition_is_named_on_the_page(
+    staff_page: Any, live_server: Any, scored_trace
+):
+    page, ids = staff_page, scored_trace
+    page.goto(f"{live_server.url}/traces/{ids['trace_id']}/")
+    panel = page.locator("#scores")
+    panel.locator("summary", has_text="Another score").click()
+    panel.locator("select[name=name]").select_option("helpfulness")
+    panel.get_by_label("Value").fill("7")
+    panel.get_by_role("button", name="Add the score").click()
+    page.wait_for_load_state()
+
+    assert "helpfulness must be at most 1 (got 7)" in page.locator("#scores").inner_text()
+    assert not Score.objects.exists()
