@@ -27,6 +27,14 @@ from traces_app.models import (
 from traces_app.tasks import recompute_trace_totals_task
 
 
+class ErrorKindFilter(admin.AllValuesFieldListFilter):
+    """The error kinds recorded, the empty one named: a link with no text names nothing."""
+
+    def choices(self, changelist: Any) -> Any:
+        for choice in super().choices(changelist):
+            yield {**choice, "display": "(no error)"} if choice["display"] == "" else choice
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Records are written by agents and the engine, never edited by hand."""
 
@@ -87,7 +95,7 @@ class TraceAdmin(ReadOnlyAdmin):
 class InvocationAdmin(ReadOnlyAdmin):
     list_display = ["started_at", "kind", "tool_name", "status", "error_kind", "latency_ms",
                     "chosen_by", "ran_on", "agent", "attempt", "trace_link"]  # fmt: skip
-    list_filter = ["kind", "status", "chosen_by", "error_kind", "started_at"]
+    list_filter = ["kind", "status", "chosen_by", ("error_kind", ErrorKindFilter), "started_at"]
     search_fields = ["tool_name", "=trace__trace_id", "=span_id", "=tool_call_id", "agent"]
     date_hierarchy = "started_at"
     list_select_related = False

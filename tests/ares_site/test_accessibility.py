@@ -70,6 +70,12 @@ def pages() -> list[str]:
         f"/admin/planner_app/intentrule/{rule}/change/",
         "/admin/planner_app/capability/1/change/",
         f"/admin/planner_app/rulesetversion/{version}/change/",
+        "/admin/traces_app/trace/",
+        f"/admin/traces_app/trace/{trace}/change/",
+        "/admin/traces_app/invocation/",
+        "/admin/traces_app/failurespiral/",
+        "/admin/traces_app/apikey/",
+        "/admin/auth/user/",
     ]
 
 
