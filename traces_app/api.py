@@ -47,6 +47,7 @@ from traces_app.schemas import (
     TraceListItemOut,
     field_errors,
 )
+from traces_app.scores import SCORE_FILTER_PATTERN, scores_matching
 from traces_app.services import Refused, record_invocations
 
 router = Router(tags=["traces"])
@@ -221,6 +222,12 @@ class TraceFilter(TimeFilter):
     )
     tool: str | None = Field(None, description="Traces that called this tool (see match)")
     chosen_by: str | None = Field(None, description="Traces with a span chosen by llm/planner/...")
+    score: str | None = Field(
+        None,
+        pattern=SCORE_FILTER_PATTERN,
+        description="Traces with a score of this name (on the trace or any of its spans), "
+        "or name:value with the value true, false, a number or a label: result_correct:false",
+    )
     match: NameMatch = Field(
         "exact",
         description="How agent and tool match: the exact name, a prefix, or text it contains "
@@ -243,6 +250,9 @@ class TraceFilter(TimeFilter):
             return traces_holding(self.since, tool_name=value)
         tools = matching_tools(self.match, value, self.since, self.until, MAX_MATCHED_TOOLS)
         return _holding_any(self.since, tools)
+
+    def filter_score(self, value: str | None) -> Q:
+        return Q(trace_id__in=scores_matching(value).values("trace_id")) if value else Q()
 
     def filter_chosen_by(self, value: str | None) -> Q:
         return traces_holding(self.since, chosen_by=value) if value else Q()

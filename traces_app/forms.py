@@ -13,6 +13,7 @@ from traces_app.api import TRACE_SORTS, TraceFilter, sorted_traces
 from traces_app.models import ChosenBy, SpiralKind, SpiralResolution, TraceStatus
 from traces_app.paging import SortKey
 from traces_app.ranges import TimeRange
+from traces_app.scores import SCORE_FILTER_PATTERN
 
 ANY = [("", "any")]
 
@@ -27,6 +28,12 @@ class TraceFilterForm(forms.Form):
     status = forms.ChoiceField(choices=ANY + TraceStatus.choices, required=False)
     chosen_by = forms.ChoiceField(choices=ANY + ChosenBy.choices, required=False, label="Who chose")
     q = forms.CharField(max_length=200, required=False, label="Search")
+    score = forms.RegexField(
+        regex=SCORE_FILTER_PATTERN,
+        required=False,
+        label="Score",
+        error_messages={"invalid": "Give a score's name, or name:value (result_correct:false)."},
+    )
     sort = forms.ChoiceField(
         choices=[(key, label) for key, (_, label) in TRACE_SORTS.items()],
         required=False,

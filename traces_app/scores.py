@@ -9,6 +9,7 @@ Sending a score again with the same client id stores nothing new.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -16,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from traces_app.models import Invocation, Score, ScoreDefinition, Trace
@@ -166,6 +167,28 @@ def settle_pending_scores() -> tuple[int, int]:
     cutoff = timezone.now() - timedelta(hours=settings.ARES_SCORE_PENDING_TTL_H)
     dropped, _ = Score.objects.filter(pending=True, created_at__lt=cutoff).delete()
     return joined, dropped
+
+
+SCORE_FILTER_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}(:[^\x00-\x1f\x7f]{1,100})?$"
+
+
+def scores_matching(spec: str) -> QuerySet:
+    """Return the scores a filter names: `name`, or `name:value` (true, 0.3, a label)."""
+    name, _, wanted = spec.partition(":")
+    scores = Score.objects.filter(name=name)
+    wanted = wanted.strip()
+    if not wanted:
+        return scores
+    match = Q(label=wanted)
+    number = {"true": 1.0, "false": 0.0}.get(wanted.lower())
+    if number is None:
+        try:
+            number = float(wanted)
+        except ValueError:
+            number = None
+    if number is not None and math.isfinite(number):
+        match |= Q(value=number)
+    return scores.filter(match)
 
 
 def score_value(score: Score) -> Any:

@@ -228,3 +228,31 @@ def test_a_client_id_stored_meanwhile_by_another_request_is_a_duplicate(definiti
 
     assert [item.status for item in items] == ["duplicate", "accepted"]
     assert Score.objects.filter(client_id="free", reported_by="key judge-bot").exists()
+
+
+def test_traces_are_filtered_by_a_score_on_them_or_on_a_span(
+    definitions, scores_api, api, span, admin_client
+):
+    spans = [span() for _ in range(3)]
+    api.post("/invocations", json={"invocations": spans})
+    scored_span, scored_trace, unscored = (s["trace_id"] for s in spans)
+    scores_api.post("/scores", json={"scores": [
+        score(scored_span, spans[0]["span_id"], value=False),
+        score(scored_trace, value=True),
+        score(scored_trace, name="helpfulness", value=0.25),
+    ]})  # fmt: skip
+
+    def found(**params: str) -> set[str]:
+        response = api.get("/traces", params=params)
+        assert response.status_code == 200, response.text
+        return {trace["trace_id"] for trace in response.json()["items"]}
+
+    assert found(score="result_correct:false") == {scored_span}
+    assert found(score="result_correct") == {scored_span, scored_trace}
+    assert found(score="helpfulness:0.25") == {scored_trace}
+    assert unscored not in found(score="result_correct")
+    assert api.get("/traces", params={"score": "Bad Name"}).status_code == 422
+    page = admin_client.get("/traces/", {"score": "result_correct:false", "range": "24h"})
+    assert scored_span in page.content.decode() and scored_trace not in page.content.decode()
+    refused = admin_client.get("/traces/", {"score": "no good", "range": "24h"}).content.decode()
+    assert "Give a score&#x27;s name, or name:value" in refused

@@ -33,3 +33,16 @@ def score_panel(context: template.Context, trace_id: str, span_id: str = "") -> 
         "csrf_token": context.get("csrf_token"),
         "messages": context.get("messages") if not span_id else None,
     }
+
+
+@register.simple_tag
+def score_filter_choices() -> list[str]:
+    """Return what the traces page's score filter offers: each name, and name:value."""
+    choices = []
+    for definition in ScoreDefinition.objects.all():
+        choices.append(definition.name)
+        if definition.data_type == "boolean":
+            choices += [f"{definition.name}:true", f"{definition.name}:false"]
+        elif definition.data_type == "categorical":
+            choices += [f"{definition.name}:{label}" for label in definition.categories]
+    return choices
