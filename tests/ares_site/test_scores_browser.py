@@ -9,11 +9,16 @@ import pytest
 
 from tests.ares_site.browser import assert_stayed_local
 from tests.conftest import make_span
+from tests.planner_app import conftest as planner_fixtures
 from traces_app.models import Score, ScoreDefinition
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.browser
+
+# The planner's fixtures, reused here without moving them.
+default_rules = planner_fixtures.default_rules
+fresh_ruleset_cache = planner_fixtures.fresh_ruleset_cache
 
 
 @pytest.fixture
@@ -66,3 +71,27 @@ def test_a_value_outside_the_definition_is_named_on_the_page(
 
     assert "helpfulness must be at most 1 (got 7)" in page.locator("#scores").inner_text()
     assert not Score.objects.exists()
+
+
+def test_an_operator_scores_a_sandbox_answer(
+    staff_page: Any, live_server: Any, settings: Any, default_rules: None
+):
+    ScoreDefinition.objects.get_or_create(name="feedback", defaults={"data_type": "boolean"})
+    settings.ARES_LLM_BASE_URL = ""
+    page = staff_page
+    page.goto(f"{live_server.url}/sandbox/")
+    page.fill("#id_message", "what is 2+3*4")
+    page.click("#send-button")
+    page.wait_for_selector("#answer-box:not([hidden])", timeout=30_000)
+    trace_id = page.locator("#trace-link").get_attribute("href").strip("/").split("/")[-1]
+
+    page.fill("#answer-score-comment", "right, and fast")
+    page.get_by_role("button", name="Thumbs up for this answer").click()
+    page.wait_for_function(
+        "document.getElementById('answer-score-status').textContent.startsWith('Scored')"
+    )
+
+    [score] = Score.objects.all()
+    assert (score.trace_id, score.span_id, score.label) == (trace_id, "", "true")
+    assert (score.comment, score.reported_by) == ("right, and fast", "user operator")
+    assert_stayed_local(page, live_server)

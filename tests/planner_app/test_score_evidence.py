@@ -159,3 +159,26 @@ def test_a_calls_scores_add_up_to_one_failure_at_most():
 )
 def test_a_score_rule_says_what_is_wrong_with_it(rule, problem):
     assert problem in rule.problem()
+
+
+def test_the_tool_page_shows_its_calls_scores_and_the_scores_term(
+    two_hashers, api, span, live_server, make_key, admin_client
+):
+    hash_calls = record(api, span, "hash_tool", 10)
+    scorer = httpx.Client(
+        base_url=f"{live_server.url}/api/v1",
+        headers={"Authorization": f"Bearer {make_key('score')}"},
+    )
+    send_scores(scorer, hash_calls[:3], name="result_correct", value=False)
+    send_scores(scorer, hash_calls[3:4], name="result_correct", value=True)
+    send_scores(scorer, hash_calls[:2], name="helpfulness", value=0.2)
+    ScoreRule.objects.create(score_name="result_correct", operator="=", threshold="false")
+
+    page = admin_client.get("/tools/hash_tool/", {"range": "24h"}).content.decode()
+    other = admin_client.get("/tools/hasher_b/", {"range": "24h"}).content.decode()
+
+    table = page[page.index('id="tool-scores"') :]
+    assert "result_correct" in table and "1 true, 3 false (25% true)" in table
+    assert "helpfulness" in table and "mean 0.2" in table
+    assert "scores -9.00 (3 ok calls scored as failed)" in page  # -3/10 * (20 + 10)
+    assert 'id="no-tool-scores"' in other

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.db.models import Exists, OuterRef
 
-from traces_app.models import Score, ScoreDefinition
+from traces_app.models import Invocation, Score, ScoreDefinition
 
 register = template.Library()
 
@@ -46,3 +47,45 @@ def score_filter_choices() -> list[str]:
         elif definition.data_type == "categorical":
             choices += [f"{definition.name}:{label}" for label in definition.categories]
     return choices
+
+
+@register.inclusion_tag("traces_app/_tool_scores.html")
+def tool_scores(tool: str, time_range: Any, limit: int = 20_000) -> dict[str, Any]:
+    """Render a tool's scores over a range: per chart bucket and score, how many and what.
+
+    A score counts for a tool when its span is one of the tool's calls; buckets are the
+    range's chart buckets of the score's time. Reads at most `limit` scores.
+    """
+    calls = Invocation.objects.filter(
+        trace_id=OuterRef("trace_id"), span_id=OuterRef("span_id"), tool_name=tool
+    )
+    scores = (
+        Score.objects.filter(created_at__gte=time_range.since, created_at__lt=time_range.until)
+        .exclude(span_id="")
+        .filter(Exists(calls))
+        .values_list("created_at", "name", "data_type", "value", "label")[:limit]
+    )
+    groups: dict[tuple[Any, str], list[tuple[str, float | None, str]]] = {}
+    for created_at, name, data_type, value, label in scores:
+        key = (time_range.bucket_of(created_at), name)
+        groups.setdefault(key, []).append((data_type, value, label))
+    rows = [
+        {"bucket": bucket, "name": name, "count": len(values), "summary": _summary(values)}
+        for (bucket, name), values in sorted(groups.items(), key=lambda item: item[0], reverse=True)
+    ]
+    return {"rows": rows, "tool": tool, "truncated": len(scores) == limit}
+
+
+def _summary(values: list[tuple[str, float | None, str]]) -> str:
+    """Say what a group of one score's values holds: the mean, the share true, the labels."""
+    kind = values[0][0]
+    if kind == "numeric":
+        numbers = [value for _, value, _ in values if value is not None]
+        return f"mean {sum(numbers) / len(numbers):.3g}, min {min(numbers):g}, max {max(numbers):g}"
+    if kind == "boolean":
+        true = sum(label == "true" for _, _, label in values)
+        return f"{true} true, {len(values) - true} false ({true / len(values):.0%} true)"
+    counts: dict[str, int] = {}
+    for _, _, label in values:
+        counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{label} {count}" for label, count in sorted(counts.items()))
