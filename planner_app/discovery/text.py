@@ -94,6 +94,18 @@ _GLOSSARY_TEXT = """
 整数: integer | 随机: random | 生成: generate | 测试: test | 主题: topic
 处理: process handle | 向量 嵌入: vector embedding | 回显 复述 原样: echo
 等待 暂停 休眠: sleep wait | 失败 报错: fail error | 进程: process
+订单: order | 支付 付款: payment pay | 航班 机票: flight | 酒店 宾馆: hotel
+预订 预约 预定: book reservation | 餐厅 饭店: restaurant | 电影: movie film | 菜谱 食谱: recipe
+营养: nutrition | 健康: health | 体育 运动: sport | 比赛 赛事: match game | 游戏: game
+词典 字典: dictionary | 单词: word | 短信: sms message | 电话 手机号 电话号码: phone number
+快递 物流: shipping delivery tracking | 公司 企业: company | 职位 招聘 工作岗位: job
+加密货币 数字货币: cryptocurrency crypto | 比特币: bitcoin | 区块链: blockchain
+社交: social | 推文: tweet | 评论: comment review | 评分: rating | 笑话: joke | 名言: quote
+足球: football soccer | 篮球: basketball | 机场: airport | 火车 列车: train | 汽车 车辆: car vehicle
+停车: parking | 医院: hospital | 药品 药物: drug medicine | 人口: population | 国家: country
+邮编 邮政编码: zip postal code | 二维码: qr code | 短网址 短链接: short url | 截图 截屏: screenshot
+浏览器: browser | 文档: document | 笔记: note | 任务 待办: task todo | 账户 账号: account
+密码: password | 登录: login | 订阅: subscribe subscription | 通知: notification
 """
 
 

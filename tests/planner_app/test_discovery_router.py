@@ -452,3 +452,39 @@ def test_it_explains_that_the_embedding_backend_needs_its_extra_or_a_local_model
         make_backend("embeddings")
     with pytest.raises(ValueError, match="unknown discovery backend"):
         make_backend("bm42")
+
+
+TRAVEL = (
+    Server(
+        "旅行助手",
+        "预订酒店和机票。",
+        (
+            Tool("预订酒店", "按城市和日期预订酒店房间。"),
+            Tool("查询航班", "查询两个机场之间的航班和机票价格。"),
+            Tool("查询快递", "按单号查询快递物流状态。"),
+        ),
+    ),
+    Server(
+        "shop",
+        "An online shop.",
+        (
+            Tool("track_order", "Return the shipping status of an order."),
+            Tool("book_restaurant", "Book a table at a restaurant."),
+            Tool("send_sms", "Send an SMS message to a phone number."),
+        ),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "tool"),
+    [
+        ("book a hotel room in Shanghai", "预订酒店"),  # English request, Chinese tools
+        ("find flights between two airports", "查询航班"),
+        ("给这个电话号码发短信", "send_sms"),  # Chinese request, English tools
+        ("找一家好吃的餐厅", "book_restaurant"),
+        ("这个订单到哪里了", "track_order"),
+    ],
+)
+def test_it_routes_across_languages_with_the_glossary(request_text: str, tool: str) -> None:
+    assert ToolRouter(TRAVEL).route(request_text).tool_names[0] == tool
