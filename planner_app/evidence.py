@@ -274,6 +274,7 @@ def _why(new: BucketScore, old: BucketScore) -> str:
     return (
         f"{a.tool} {a.final:.2f} vs {b.tool} {b.final:.2f}; evidence {a.evidence:.2f} vs "
         f"{b.evidence:.2f} ({record(new)} vs {record(old)}); base {a.base:.2f} vs {b.base:.2f}, "
+        f"scores {a.scores:.2f} vs {b.scores:.2f}, "
         f"penalty {a.penalty:.2f} vs {b.penalty:.2f}, mapping weight {a.mapping_weight:g} vs "
         f"{b.mapping_weight:g}"
     )

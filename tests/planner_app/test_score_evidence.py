@@ -182,3 +182,9 @@ def test_the_tool_page_shows_its_calls_scores_and_the_scores_term(
     assert "helpfulness" in table and "mean 0.2" in table
     assert "scores -9.00 (3 ok calls scored as failed)" in page  # -3/10 * (20 + 10)
     assert 'id="no-tool-scores"' in other
+    evidence = admin_client.get("/evidence/Hashing/", {"range": "24h"}).content.decode()
+    row = evidence[evidence.index('data-tool="hash_tool"') :]
+    assert '<td class="num scores-now">-9.00</td>' in row[: row.index("</tr>")]
+    tried = admin_client.get("/planner/try", {"request": REQUEST}).content.decode()
+    assert "Final = base + evidence + scores − penalty + mapping weight." in tried
+    assert "<td>-9.00</td>" in tried
