@@ -5,20 +5,34 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run serve worker test lint format bench
+.PHONY: install dev run serve worker test lint format bench
 
 install: $(VENV)/.installed
 
+# What running the site needs; the test toolchain comes with `make test` (dev below).
 $(VENV)/.installed: pyproject.toml
+	@echo "== [1/4] creating $(VENV) and installing ARES Console's runtime packages (about a minute the first time)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --progress-bar off -e .
+	touch $@
+
+dev: $(VENV)/.dev
+
+# The tests' toolchain (pytest, Playwright, ruff...) and the instrumentation libraries whose
+# README setups tests/otlp_libraries/ runs.
+$(VENV)/.dev: $(VENV)/.installed
+	@echo "== installing the test toolchain and the OTLP instrumentation libraries"
+	$(BIN)/pip install --quiet --progress-bar off -e '.[dev,otel-libraries]'
 	touch $@
 
 # Development server on the embedded defaults: SQLite in var/, Celery tasks inline.
 run: install
+	@echo "== [2/4] creating the database (SQLite in var/)"
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput
+	@echo "== [3/4] loading 2,000 demo spans"
 	DEBUG=1 $(BIN)/python manage.py ares_demo --invocations 2000
+	@echo "== [4/4] the admin login, then the server"
 	DEBUG=1 $(BIN)/python manage.py ensure_admin
 	@echo "ARES Console at http://$(HOST):$(PORT)/ (admin at /admin/, API docs at /api/v1/docs)"
 	DEBUG=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
@@ -32,23 +46,18 @@ serve: install
 worker: install
 	$(BIN)/celery -A ares_site worker --loglevel=INFO
 
-# The tests also run the README's OTLP setups with the real instrumentation libraries.
-$(VENV)/.otel-libraries: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[dev,otel-libraries]'
-	touch $@
-
-test: install $(VENV)/.otel-libraries
+test: dev
 	SECRET_KEY=$${SECRET_KEY:-tests-only-secret} $(BIN)/pytest $(PYTEST_ARGS)
 
 PY_PATHS := manage.py ares_site tools_app planner_app traces_app tests bench
 
-lint: install
+lint: dev
 	$(BIN)/ruff check $(PY_PATHS)
 	$(BIN)/ruff format --check $(PY_PATHS)
 
-format: install
+format: dev
 	$(BIN)/ruff check --fix $(PY_PATHS)
 	$(BIN)/ruff format $(PY_PATHS)
 
-bench: install
+bench: dev
 	$(BIN)/python bench/ingest.py $(BENCH_ARGS)
