@@ -189,8 +189,8 @@ def test_it_links_the_api_and_prefills_the_custom_range(
     html = admin_client.get(f"/?since={since}&until={until}").content.decode()
 
     assert 'href="/api/v1/tools/stats?since=2026-11-20T10%3A00%3A00%2B00%3A00&amp;until=' in html
-    assert f'name="since" step="60" value="{since}"' in html
-    assert f'name="until" step="60" value="{until}"' in html
+    assert f'name="since" step="60" form="custom-range" value="{since}"' in html
+    assert f'name="until" step="60" form="custom-range" value="{until}"' in html
 
 
 @pytest.mark.parametrize(

@@ -258,7 +258,17 @@ def test_the_range_follows_the_operator_across_pages(staff_page: Any, live_serve
     page.wait_for_url("**/traces/?range=7d")
 
     page.click(".range-picker button:has-text('6h')")  # a new choice replaces the old one
-    page.wait_for_url("**range=6h**")
+    page.wait_for_url("**/traces/?range=6h")
+    page.click(".custom-range summary")  # a custom range applies
+    page.fill(".custom-range input[name=since]", "2026-11-01T08:00")
+    page.fill(".custom-range input[name=until]", "2026-11-02T09:30")
+    page.click(".custom-range button:has-text('Apply')")
+    page.wait_for_url("**since=2026-11-01T08%3A00**")
+    shown = page.locator(".range-picker .range").inner_text()
+    assert "2026-11-01 08:00 to 2026-11-02 09:30" in shown
+    assert page.locator(".custom-range input[name=since]").input_value() == "2026-11-01T08:00"
+    page.click(".range-picker button:has-text('6h')")
+    page.wait_for_url("**/traces/?range=6h")
     page.click("header nav a:has-text('Overview')")
     page.wait_for_url("**/?range=6h")
     assert "last 6 hours" in page.locator(".range-picker .range").inner_text()
