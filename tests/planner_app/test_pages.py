@@ -35,8 +35,9 @@ def test_it_plans_a_typed_request_and_explains_the_scores(
     assert "arithmetic" in staff_page.locator("#rules-matched").inner_text()
     scores = staff_page.locator("table.scores[data-capability=Arithmetic]")
     headers = scores.locator("thead th").all_inner_texts()
-    assert headers[:7] == [
-        "Tool", "Base", "Evidence", "Penalty", "Mapping weight", "Final", "Success rate"
+    assert headers[:8] == [
+        "Tool", "Base", "Evidence", "Scores", "Penalty", "Mapping weight", "Final",
+        "Success rate",
     ]  # fmt: skip
     first = scores.locator("tbody tr").first.locator("td").all_inner_texts()
     assert first[0] == "calculator" and "chosen" in first[-1]
