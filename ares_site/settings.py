@@ -247,6 +247,12 @@ ARES_ROUTER_MIN_SCORE = env_float("ARES_ROUTER_MIN_SCORE", None, minimum=0, maxi
 ARES_ROUTER_COMBINATION = env_choice("ARES_ROUTER_COMBINATION", "weighted", ("weighted", "product"))
 ARES_ROUTER_SERVER_SCORING = env_choice("ARES_ROUTER_SERVER_SCORING", "joint", ("joint", "max"))
 ARES_ROUTER_CACHE_SIZE = env_int("ARES_ROUTER_CACHE_SIZE", 256, minimum=0)
+# Flat search over every tool, or two-stage (servers, then their tools); routing each step
+# of a multi-step request on its own; the semantic signal fused with TF-IDF (auto: wordllama
+# when installed). planner_app.discovery.registry checks them again when they change.
+ARES_ROUTER_SEARCH = env_choice("ARES_ROUTER_SEARCH", "flat", ("flat", "two_stage"))
+ARES_ROUTER_PER_STEP = env_choice("ARES_ROUTER_PER_STEP", "false", ("true", "false"))
+ARES_ROUTER_SEMANTIC = env_choice("ARES_ROUTER_SEMANTIC", "auto", ("auto", "wordllama", "off"))
 ARES_ROUTER_BACKEND = env_choice("ARES_ROUTER_BACKEND", "tfidf", ("tfidf", "embeddings"))
 ARES_ROUTER_EMBEDDING_MODEL = env_str("ARES_ROUTER_EMBEDDING_MODEL")
 if ARES_ROUTER_BACKEND == "embeddings" and not ARES_ROUTER_EMBEDDING_MODEL:

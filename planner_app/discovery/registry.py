@@ -204,7 +204,7 @@ def semantic_setting(value: str | None) -> str:
 
 def _choice_setting(name: str, value: str | None, choices: tuple[str, ...], default: str) -> str:
     """Return Django's value of a setting, else the environment's, else the default."""
-    # Read here until settings.py (another team's file) declares them with its helpers.
+    # settings.py declares them; the environment serves callers outside Django's settings.
     value = value if value is not None else os.environ.get(name, "")
     value = value.strip().lower() or default
     if value not in choices:
