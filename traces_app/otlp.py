@@ -696,6 +696,10 @@ class DialectFields:
     tool_type: Any = None
     tool_description: Any = None
     request_text: str = ""  # the user's request: the first user message the model was sent
+    # An LLM span's exchange, stored as its arguments and result for the trace view:
+    # {"messages": [...], "tools": [...]} sent, and the output messages or {"content", ...}.
+    llm_input: Any = None
+    llm_output: Any = None
     session: Any = None
     agent: Any = None
     names_agent: str = ""  # the agent this span stands for, inherited by the spans below it
@@ -756,6 +760,8 @@ def _read_genai(attributes: dict[str, Any], name: str) -> DialectFields:
         tool_type=attributes.get("gen_ai.tool.type"),
         tool_description=attributes.get("gen_ai.tool.description"),
         request_text=_genai_request_text(attributes) if kind == "llm" else "",
+        llm_input=_genai_llm_input(attributes) if kind == "llm" else None,
+        llm_output=_decoded(attributes.get("gen_ai.output.messages")) if kind == "llm" else None,
         agent=attributes.get("gen_ai.agent.name"),
         names_agent=_name(attributes.get("gen_ai.agent.name")) if kind == "agent" else "",
         # GenAI names tool spans "execute_tool {gen_ai.tool.name}".
@@ -793,6 +799,8 @@ def _read_openinference(attributes: dict[str, Any], name: str, scope: str = "") 
         failed=failed,
         tool_description=attributes.get("tool.description") if kind == "tool" else None,
         request_text=_openinference_request_text(attributes) if kind == "llm" else "",
+        llm_input=_openinference_llm_input(attributes) if kind == "llm" else None,
+        llm_output=_openinference_llm_output(attributes) if kind == "llm" else None,
         model=attributes.get("llm.model_name"),
         input_tokens=attributes.get("llm.token_count.prompt"),
         output_tokens=attributes.get("llm.token_count.completion"),
@@ -858,6 +866,71 @@ def _genai_request_text(attributes: dict[str, Any]) -> str:
                 texts = [_text(message["content"])]
             return "\n".join(texts)
     return _indexed_user_message(attributes, "gen_ai.prompt.{}.role", "gen_ai.prompt.{}.content")
+
+
+def _genai_llm_input(attributes: dict[str, Any]) -> dict[str, Any] | None:
+    """Return a GenAI LLM span's input messages and offered tools, when it recorded them."""
+    sent = {}
+    messages = _decoded(attributes.get("gen_ai.input.messages"))
+    if isinstance(messages, list):
+        sent["messages"] = messages
+    tools = _decoded(attributes.get("gen_ai.tool.definitions"))
+    if isinstance(tools, list):
+        sent["tools"] = tools
+    return sent or None
+
+
+def _openinference_llm_input(attributes: dict[str, Any]) -> dict[str, Any] | None:
+    """Return an OpenInference LLM span's input messages and offered tools, rebuilt."""
+    sent = {}
+    messages = _indexed_messages(attributes, "llm.input_messages")
+    if messages:
+        sent["messages"] = messages
+    tools = []
+    index = 0
+    while f"llm.tools.{index}.tool.json_schema" in attributes:
+        tools.append(_decoded(attributes[f"llm.tools.{index}.tool.json_schema"]))
+        index += 1
+    if tools:
+        sent["tools"] = tools
+    return sent or None
+
+
+def _openinference_llm_output(attributes: dict[str, Any]) -> dict[str, Any] | None:
+    """Return an OpenInference LLM span's answer: its first output message, and why it ended."""
+    messages = _indexed_messages(attributes, "llm.output_messages")
+    if not messages:
+        return None
+    answer = {key: value for key, value in messages[0].items() if key != "role"}
+    if "llm.finish_reason" in attributes:
+        answer["finish_reason"] = _text(attributes["llm.finish_reason"])
+    return answer
+
+
+def _indexed_messages(attributes: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """Return OpenInference's flattened messages (prefix.N.message.*) as chat messages."""
+    start = f"{prefix}."
+    numbers = {key[len(start) :].split(".", 1)[0] for key in attributes if key.startswith(start)}
+    messages = []
+    for index in sorted(int(number) for number in numbers if number.isdigit())[:1000]:
+        at = f"{prefix}.{index}.message."
+        message: dict[str, Any] = {"role": _text(attributes.get(at + "role"))}
+        if at + "content" in attributes:
+            message["content"] = _text(attributes[at + "content"])
+        if at + "tool_call_id" in attributes:
+            message["tool_call_id"] = _text(attributes[at + "tool_call_id"])
+        calls = []
+        while f"{at}tool_calls.{len(calls)}.tool_call.function.name" in attributes:
+            call = f"{at}tool_calls.{len(calls)}.tool_call."
+            calls.append({
+                "id": _text(attributes.get(call + "id")),
+                "function": {"name": _text(attributes[call + "function.name"]),
+                             "arguments": _text(attributes.get(call + "function.arguments"))},
+            })  # fmt: skip
+        if calls:
+            message["tool_calls"] = calls
+        messages.append(message)
+    return messages
 
 
 def _openinference_request_text(attributes: dict[str, Any]) -> str:
@@ -930,6 +1003,8 @@ def _invocation_fields(
         "tool_description": _text(said.tool_description)[:2000] if said.kind == "tool" else "",
         "arguments": None if said.arguments is _ABSENT else _decoded(said.arguments),
         "result": _decoded(said.result, scalars=True),
+        **({"arguments": said.llm_input} if said.kind == "llm" and said.llm_input else {}),
+        **({"result": said.llm_output} if said.kind == "llm" and said.llm_output else {}),
         "status": "error" if failed else "ok",
         "input_tokens": said.input_tokens or 0,
         "output_tokens": said.output_tokens or 0,

@@ -4,7 +4,8 @@ Each setup (tests/otlp_libraries/setups/, shown verbatim in the README) drives t
 `openai` client or framework against the scripted OpenAI-compatible server, runs two tools
 and exports through the library's real OTLP/HTTP exporter to the live server. It runs in
 a process of its own (run_setup.py), which also keeps the spans the SDK finished in an
-in-memory exporter; every field is then compared with what the REST API returns.
+in-memory exporter; every field is then compared with what the REST API returns, and
+each LLM span's stored exchange with what the trace page shows of it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import pytest
 
 from tests.otlp_libraries.setups.weather import AGENT, REQUEST, SESSION
 from tests.planner_app.fake_llm import FakeLlm, calls, say
+from traces_app.models import Invocation
+from traces_app.timeline import llm_exchange
 
 HERE = Path(__file__).parent
 SETUPS = HERE / "setups"
@@ -51,6 +54,7 @@ class Library:
     descriptions: bool = True  # whether its tool spans carry the tool's description
     tool_type: str = ""  # the gen_ai.tool.type its tool spans carry
     above_agent: tuple[str, ...] = ()  # spans above the agent's span (workflows)
+    llm_tools: bool = True  # whether its LLM spans record the tools offered
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -72,6 +76,7 @@ LIBRARIES = {
         },
         descriptions=False,
         tool_type="function",
+        llm_tools=False,
     ),  # fmt: skip
     "openllmetry-openai": Library(
         "openllmetry_openai.py",
@@ -110,6 +115,7 @@ LIBRARIES = {
         },
         call_ids=False,
         above_agent=("Agent workflow", "weather workflow"),
+        llm_tools=False,
     ),  # fmt: skip
     "langchain": Library(
         "langchain_agent.py",
@@ -188,6 +194,9 @@ def mismatches(library: Library, sent: list[dict], trace: dict, stored: list[dic
             check(where, "tool type", library.tool_type, row["tool_type"])
         elif kind == "llm":
             check(where, "model", MODEL, row["model"])
+            found.extend(f"{where}: {problem}" for problem in exchange_problems(
+                library, row, first_turn=llm_turn == 0
+            ))  # fmt: skip
             expected_tokens = USAGE[llm_turn] if llm_turn < len(USAGE) else None
             check(where, "tokens", expected_tokens, (row["input_tokens"], row["output_tokens"]))
             llm_turn += 1
@@ -199,6 +208,24 @@ def mismatches(library: Library, sent: list[dict], trace: dict, stored: list[dic
     check("trace", "tokens", tuple(map(sum, zip(*USAGE, strict=True))),
           (trace["input_tokens"], trace["output_tokens"]))  # fmt: skip
     return found
+
+
+def exchange_problems(library: Library, row: dict, first_turn: bool) -> list[str]:
+    """Return what the trace view would miss of an LLM span: messages, tools, output."""
+    exchange = llm_exchange(Invocation(arguments=row["arguments"], result=row["result"]))
+    problems = []
+    users = [message.content for message in exchange.messages if message.role == "user"]
+    if users[:1] != [REQUEST]:
+        problems.append(f"input messages: the user's request not first, got {users[:1]}")
+    if library.llm_tools and set(exchange.tools) != set(TOOL_CALLS):
+        problems.append(f"tools offered: expected {sorted(TOOL_CALLS)}, got {exchange.tools}")
+    if first_turn:
+        called = sorted(call.split("(")[0] for call in exchange.tool_calls)
+        if called != sorted(TOOL_CALLS):
+            problems.append(f"output: expected calls of {sorted(TOOL_CALLS)}, got {called}")
+    elif exchange.output != ANSWER:
+        problems.append(f"output: expected {ANSWER!r}, got {exchange.output!r}")
+    return problems
 
 
 @pytest.mark.parametrize("name", LIBRARIES)
