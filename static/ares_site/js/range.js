@@ -1,6 +1,8 @@
 // The time range follows the operator from page to page: the range a page shows (its range
 // picker's data-range-query) is remembered for this tab, and the top menu's links to the
-// pages that read a range, plus any link marked data-keep-range, carry it.
+// pages that read a range, plus any link marked data-keep-range, carry it. Linked on every
+// page by base.html: a page without a picker (the sandbox, Try the planner, Backtest) only
+// rewrites those links, and leaves them alone when no range was chosen in this tab.
 (function () {
   "use strict";
 
