@@ -7,7 +7,6 @@ from collections import Counter, defaultdict
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from django.conf import settings
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import HttpRequest, HttpResponse
@@ -20,7 +19,7 @@ from pydantic import ValidationError
 
 from traces_app.api_errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.auth import ApiKeyAuth, key_or_staff
-from traces_app.bodies import read_json_body
+from traces_app.bodies import batch_items, batch_request_body, read_json_body
 from traces_app.models import (
     Invocation,
     OtlpProducer,
@@ -54,19 +53,6 @@ router = Router(tags=["traces"])
 _RENDERER = JSONRenderer()
 _CONTENT_TYPE = f"{_RENDERER.media_type}; charset={_RENDERER.charset}"
 
-_BATCH_SCHEMA = {
-    "type": "object",
-    "required": ["invocations"],
-    "properties": {
-        "invocations": {
-            "type": "array",
-            "minItems": 1,
-            "maxItems": settings.ARES_INGEST_MAX_ITEMS,
-            "items": InvocationIn.model_json_schema(),
-        }
-    },
-}
-
 
 @router.post(
     "/invocations",
@@ -74,12 +60,7 @@ _BATCH_SCHEMA = {
     # A 422 is a BatchOut when every item was rejected, the shared error for a bad envelope.
     response=responses(BatchOut, *WITH_BODY, others={422: BatchOut | InvalidRequestOut}),
     summary="Report a batch of spans (tool calls, LLM calls)",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": _BATCH_SCHEMA}},
-        }
-    },
+    openapi_extra=batch_request_body("invocations", InvocationIn.model_json_schema()),
 )
 def report_invocations(request: HttpRequest) -> HttpResponse:
     """Validate each item on its own, store the valid ones, report every item's outcome.
@@ -87,7 +68,7 @@ def report_invocations(request: HttpRequest) -> HttpResponse:
     Idempotent on (trace_id, span_id). Gzip bodies are accepted. The status is 422 only
     when every item was rejected; otherwise 200 with per-item outcomes.
     """
-    raw_items = _batch_items(read_json_body(request))
+    raw_items = batch_items(read_json_body(request), "invocations")
     outcomes: list[dict[str, Any] | None] = [None] * len(raw_items)
     valid: list[tuple[int, InvocationIn]] = []
     for index, raw in enumerate(raw_items):
@@ -126,24 +107,6 @@ def _outcome(index: int, status: str, item: InvocationIn) -> dict[str, Any]:
         "span_id": item.span_id,
         "errors": [],
     }
-
-
-def _batch_items(body: Any) -> list[Any]:
-    """Return the list of raw items of a batch body, or raise 413/422 for a bad envelope."""
-    if not isinstance(body, dict) or "invocations" not in body:
-        raise HttpError(422, 'body must be an object {"invocations": [...]}')
-    unknown = sorted(set(body) - {"invocations"})
-    if unknown:
-        raise HttpError(422, f"unknown top-level field(s): {', '.join(unknown)}")
-    items = body["invocations"]
-    if not isinstance(items, list):
-        raise HttpError(422, f"invocations must be a list, got {type(items).__name__}")
-    if not items:
-        raise HttpError(422, "invocations is empty: send 1 or more items")
-    limit = settings.ARES_INGEST_MAX_ITEMS
-    if len(items) > limit:
-        raise HttpError(413, f"{len(items)} items in one batch; the limit is {limit}")
-    return items
 
 
 def _rejected(index: int, raw: Any, errors: list[FieldError]) -> ItemOutcome:

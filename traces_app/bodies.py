@@ -172,3 +172,38 @@ class JsonBodyParser(Parser):
             if key not in list_fields and len(values) > 1:
                 raise HttpError(422, f"{key}: given {len(values)} times; give it once")
         return super().parse_querydict(data, list_fields, request)
+
+
+def batch_request_body(key: str, item_schema: dict[str, Any]) -> dict[str, Any]:
+    """Return the OpenAPI request body of a batch endpoint: {key: [1 to the limit items]}."""
+    schema = {
+        "type": "object",
+        "required": [key],
+        "properties": {
+            key: {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": settings.ARES_INGEST_MAX_ITEMS,
+                "items": item_schema,
+            }
+        },
+    }
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def batch_items(body: Any, key: str) -> list[Any]:
+    """Return the raw items of a batch body {key: [...]}, or raise 413/422 for a bad envelope."""
+    if not isinstance(body, dict) or key not in body:
+        raise HttpError(422, f'body must be an object {{"{key}": [...]}}')
+    unknown = sorted(set(body) - {key})
+    if unknown:
+        raise HttpError(422, f"unknown top-level field(s): {', '.join(unknown)}")
+    items = body[key]
+    if not isinstance(items, list):
+        raise HttpError(422, f"{key} must be a list, got {type(items).__name__}")
+    if not items:
+        raise HttpError(422, f"{key} is empty: send 1 or more items")
+    limit = settings.ARES_INGEST_MAX_ITEMS
+    if len(items) > limit:
+        raise HttpError(413, f"{len(items)} items in one batch; the limit is {limit}")
+    return items

@@ -6,17 +6,15 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from django.conf import settings
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
-from ninja.errors import HttpError
 from ninja.renderers import JSONRenderer
 from pydantic import ConfigDict, ValidationError, field_validator
 
 from traces_app.api_errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.auth import key_or_staff
-from traces_app.bodies import read_json_body
+from traces_app.bodies import batch_items, batch_request_body, read_json_body
 from traces_app.models import SCORE_NAME_PATTERN, Score
 from traces_app.redaction import storable_text
 from traces_app.schemas import (
@@ -108,31 +106,12 @@ class ScoreOut(Schema):
         return score_value(score)
 
 
-_BATCH_SCHEMA = {
-    "type": "object",
-    "required": ["scores"],
-    "properties": {
-        "scores": {
-            "type": "array",
-            "minItems": 1,
-            "maxItems": settings.ARES_INGEST_MAX_ITEMS,
-            "items": ScoreIn.model_json_schema(),
-        }
-    },
-}
-
-
 @router.post(
     "/scores",
     auth=key_or_staff("score"),
     response=responses(ScoreBatchOut, *WITH_BODY, others={422: ScoreBatchOut | InvalidRequestOut}),
     summary="Send a batch of scores of calls and traces",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": _BATCH_SCHEMA}},
-        }
-    },
+    openapi_extra=batch_request_body("scores", ScoreIn.model_json_schema()),
 )
 def send_scores(request: HttpRequest) -> HttpResponse:
     """Check each score on its own against its definition; store the valid ones.
@@ -140,7 +119,7 @@ def send_scores(request: HttpRequest) -> HttpResponse:
     Idempotent on client_id. A score for a span or trace not stored yet is kept pending
     and joined when it arrives. The status is 422 only when every item was rejected.
     """
-    raw_items = _batch_items(read_json_body(request))
+    raw_items = batch_items(read_json_body(request), "scores")
     items = [read_item(index, raw) for index, raw in enumerate(raw_items)]
     check_values(items)
     store_scores(items, _sender(request))
@@ -158,23 +137,6 @@ def send_scores(request: HttpRequest) -> HttpResponse:
     status = 422 if counts["rejected"] == len(outcomes) else 200
     content = _RENDERER.render(request, body, response_status=status)
     return HttpResponse(content, status=status, content_type="application/json; charset=utf-8")
-
-
-def _batch_items(body: Any) -> list[Any]:
-    if not isinstance(body, dict) or "scores" not in body:
-        raise HttpError(422, 'body must be an object {"scores": [...]}')
-    unknown = sorted(set(body) - {"scores"})
-    if unknown:
-        raise HttpError(422, f"unknown top-level field(s): {', '.join(unknown)}")
-    items = body["scores"]
-    if not isinstance(items, list):
-        raise HttpError(422, f"scores must be a list, got {type(items).__name__}")
-    if not items:
-        raise HttpError(422, "scores is empty: send 1 or more items")
-    limit = settings.ARES_INGEST_MAX_ITEMS
-    if len(items) > limit:
-        raise HttpError(413, f"{len(items)} items in one batch; the limit is {limit}")
-    return items
 
 
 def read_item(index: int, raw: Any) -> ScoreItem:
