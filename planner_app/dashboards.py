@@ -30,7 +30,13 @@ from planner_app.evidence import (
 )
 from planner_app.rulesets import current_ruleset
 from tools_app.runtime import get_engine
-from traces_app.dashboards import ToolTotals, fresh_range_context, tool_series, tool_totals
+from traces_app.dashboards import (
+    ToolTotals,
+    fresh_range_context,
+    tool_changes,
+    tool_series,
+    tool_totals,
+)
 from traces_app.models import Invocation, ToolRollup
 from traces_app.ranges import TimeRange
 
@@ -100,14 +106,19 @@ def sort_headers(sort: str, time_range: TimeRange) -> list[dict[str, Any]]:
 
 @staff_member_required
 def tools(request: HttpRequest) -> HttpResponse:
-    """List every tool with its calls, success rate, latency, tokens, cost and score."""
+    """List every tool with its calls, success rate, latency, tokens, cost and score.
+
+    Calls, success rate and p95 each show their change against the previous period.
+    """
     context = fresh_range_context(request.GET, timezone.now())
     time_range: TimeRange = context["time_range"]  # type: ignore[assignment]
     sort, sort_error = read_sort(request.GET.get("sort"))
     ruleset = current_ruleset()
-    rows = tool_rows(time_range, get_engine().registry, ruleset)
+    rows = sort_rows(tool_rows(time_range, get_engine().registry, ruleset), sort)
+    changes = tool_changes(time_range, [row.totals for row in rows])
     context.update(
-        rows=sort_rows(rows, sort),
+        rows=rows,
+        lines=[(row, changes[row.name]) for row in rows],  # each beside its change
         headers=sort_headers(sort, time_range),
         sort=sort,
         sort_error=sort_error,

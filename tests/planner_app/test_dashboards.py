@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -91,6 +92,38 @@ def test_it_shows_each_tools_numbers_as_summed_from_the_rollups(admin_client: Cl
     assert row.totals.cost_usd == pytest.approx(0.03)
     assert "0.750" in response.content.decode()
     assert "Showing <strong>last 24 hours</strong>" in response.content.decode()
+
+
+def tool_changes_shown(response: Any, tool: str) -> list[tuple[str, str]]:
+    """Return the changes on one tool's line of the tools table: (tone, text) each, in order."""
+    line = re.search(
+        rf'<tr data-tool="{re.escape(tool)}">.*?</tr>', response.content.decode(), re.S
+    )
+    assert line, tool
+    found = re.findall(r'<span class="delta ?([a-z]*)"[^>]*>([^<]*)</span>', line.group(0))
+    return [(tone, text.strip()) for tone, text in found]
+
+
+def test_it_shows_each_tools_change_against_the_previous_period(admin_client: Client) -> None:
+    record(
+        *calls("calculator", 3, started_at=hours_ago(2).isoformat(), latency_ms=100.0),
+        *calls("calculator", 1, started_at=hours_ago(2).isoformat(), latency_ms=100.0,
+               status="error", error_kind="timeout"),
+        *calls("calculator", 2, started_at=hours_ago(30).isoformat(), latency_ms=100.0),
+        *calls("web_search", 2, started_at=hours_ago(30).isoformat()),
+    )  # fmt: skip
+    response = admin_client.get("/tools/?range=24h")
+
+    assert tool_changes_shown(response, "calculator") == [  # calls, success rate, p95
+        ("", "▲ +100.0% vs the previous day"),
+        ("worse", "▼ -25.0 pts vs the previous day"),
+        ("", "no change vs the previous day"),
+    ]
+    assert tool_changes_shown(response, "web_search") == [  # called only the day before
+        ("", "▼ -100.0% vs the previous day"),
+        ("", "no calls now vs the previous day"),
+    ]
+    assert tool_changes_shown(response, "hash_tool") == []  # quiet in both periods
 
 
 def test_it_lists_registered_tools_without_calls_and_reported_tools_without_a_contract(
