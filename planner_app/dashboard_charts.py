@@ -7,7 +7,7 @@ from datetime import datetime
 import plotly.graph_objects as go
 
 from planner_app.evidence import BucketScore, CapabilityEvidence
-from traces_app.charts import Chart, make_chart
+from traces_app.charts import Chart, latency_bin_label, make_chart
 from traces_app.dashboards import ToolTotals
 from traces_app.ranges import TimeRange
 from traces_app.rollups import bin_bounds
@@ -128,26 +128,33 @@ def latency_chart(time_range: TimeRange, points: dict[datetime, ToolTotals]) -> 
 
 
 def histogram_chart(totals: ToolTotals) -> Chart:
-    """Return the latency histogram of the range: the rollups' bins that hold calls."""
+    """Return the latency histogram of the range: the rollups' bins that hold calls.
+
+    Bars are labelled as people read latencies ("25 s – 32 s"); the table keeps each bin's
+    exact bounds in ms beside its label, for the CSV.
+    """
     used = [index for index, count in enumerate(totals.latency_histogram) if count]
     bins = range(used[0], used[-1] + 1) if used else range(0)
     rows = []
     for index in bins:
         low, high = bin_bounds(index)
         rows.append(
-            [f"{low:g}", f"{high:g}" if high > low else "and over", totals.latency_histogram[index]]
+            [
+                latency_bin_label(low, high),
+                f"{low:g}",
+                f"{high:g}" if high > low else "and over",
+                totals.latency_histogram[index],
+            ]
         )
-    trace = go.Bar(
-        x=[f"{low}–{high}" for low, high, _ in rows], y=[row[2] for row in rows], name="Calls"
-    )
+    trace = go.Bar(x=[row[0] for row in rows], y=[row[3] for row in rows], name="Calls")
     return make_chart(
         "latency-histogram",
-        "Latency histogram (ms)",
+        "Latency histogram",
         [trace],
-        ["From ms", "To ms", "Calls"],
+        ["Latency", "From ms", "To ms", "Calls"],
         rows,
         hovermode="closest",
-        xaxis={"type": "category", "title": {"text": "ms"}},
+        xaxis={"type": "category", "title": {"text": "Latency"}},
     )
 
 

@@ -16,8 +16,9 @@ from planner_app.pipeline.resolution import Candidate
 from planner_app.pipeline.scoring import Evidence, ToolScorer
 from tests.conftest import make_span
 from tools_app.runtime import get_engine
+from traces_app.charts import latency_bin_label
 from traces_app.models import ApiKey, ToolRollup, recount_all_marked_rollups
-from traces_app.rollups import merge, percentile_from_histogram
+from traces_app.rollups import bin_bounds, merge, percentile_from_histogram
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
 
@@ -255,13 +256,29 @@ def test_it_shows_a_tools_calls_latency_errors_and_recent_failures(admin_client:
     charts = {chart.id: chart for chart in response.context["charts"]}
     assert [row[1:4] for row in charts["success-rate"].rows] == [[3, 2, 1]]
     assert charts["error-kinds"].rows == [["timeout", 1]]
-    assert sum(row[2] for row in charts["latency-histogram"].rows) == 3
+    assert sum(row[-1] for row in charts["latency-histogram"].rows) == 3
     assert [call.span_id for call in response.context["failures"]] == [failed["span_id"]]
     page = response.content.decode()
     assert f'href="/traces/{failed["trace_id"]}/"' in page
     assert 'href="/traces/?tool=calculator&amp;range=24h"' in page
     assert 'href="/spirals/?tool=calculator&amp;range=24h"' in page
     assert "Idempotent" in page and "read_only" in page
+
+
+def test_it_labels_the_latency_histogram_as_people_read_latencies(admin_client: Client) -> None:
+    record(
+        *calls("calculator", 2, started_at=hours_ago(1).isoformat(), latency_ms=30_000.0),
+        *calls("calculator", 1, started_at=hours_ago(1).isoformat(), latency_ms=900.0),
+    )
+    response = admin_client.get("/tools/calculator/")
+    chart = {chart.id: chart for chart in response.context["charts"]}["latency-histogram"]
+    (bars,) = chart.figure["data"]
+    assert bars["x"] == [latency_bin_label(*bin_bounds(index)) for index in range(30, 46)]
+    assert (bars["x"][0], bars["y"][0]) == ("794 ms – 1 s", 1)
+    assert (bars["x"][-1], bars["y"][-1]) == ("25 s – 32 s", 2)
+    assert chart.columns == ["Latency", "From ms", "To ms", "Calls"]
+    assert chart.rows[-1] == ["25 s – 32 s", "25118.9", "31622.8", 2]  # exact bounds kept
+    assert "25 s – 32 s" in response.content.decode()
 
 
 def test_it_opens_a_tool_named_with_dots_and_says_it_has_no_contract(
