@@ -103,15 +103,15 @@ def test_the_pages_show_the_numbers_the_scorer_uses(
     assert api.post("/invocations", json={"invocations": spans}).status_code == 200
 
     tool_page = admin_client.get("/tools/calculator/?range=24h").content.decode()
-    assert re.search(r'id="success-rate">0\.667<', tool_page)  # 2 of 3: the timeout counts
+    assert re.search(r'id="success-rate">66\.7%<', tool_page)  # 2 of 3: the timeout counts
     assert "3 caller faults left out" in tool_page
     tools_row = _row(admin_client.get("/tools/?range=24h").content.decode(), "calculator")
-    assert "0.667" in tools_row and "(3 caller faults left out)" in tools_row
+    assert "66.7%" in tools_row and "(3 caller faults left out)" in tools_row
     evidence_row = _row(
         admin_client.get("/evidence/Arithmetic/?range=24h").content.decode(), "calculator"
     )
     assert re.search(r'<td class="num">3</td>\s*<td class="num caller-faults">3</td>', evidence_row)
-    assert '<td class="num">0.667</td>' in evidence_row
+    assert '<td class="num">66.7%</td>' in evidence_row
     overview_row = _row(admin_client.get("/?range=24h").content.decode(), "outside-bot", "agent")
     assert '<td class="num caller-faults">3</td>' in overview_row
 

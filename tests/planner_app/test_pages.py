@@ -44,6 +44,19 @@ def test_it_plans_a_typed_request_and_explains_the_scores(
     assert "2+3*4" in staff_page.locator("#steps").inner_text()
 
 
+def test_it_shows_each_candidates_success_rate_as_a_percentage(
+    staff_page: Any, live_server: Any, default_rules: None, settings: Any
+) -> None:
+    settings.ARES_PLANNER_EVIDENCE_TTL_S = 0  # the calls below, not a cached record
+    spans = [make_span(tool_name="calculator") for _ in range(3)]
+    spans.append(make_span(tool_name="calculator", status="error", error_kind="timeout"))
+    record_invocations([InvocationIn.model_validate(span) for span in spans])
+    staff_page.goto(f"{live_server.url}/planner/try?request={quote('what is 2+3*4')}")
+    scores = staff_page.locator("table.scores[data-capability=Arithmetic]")
+    first = scores.locator("tbody tr").first.locator("td").all_inner_texts()
+    assert (first[0], first[7]) == ("calculator", "75.0%")  # as the traces pages show rates
+
+
 def test_it_runs_the_plan_and_shows_the_result(
     staff_page: Any, live_server: Any, default_rules: None
 ) -> None:

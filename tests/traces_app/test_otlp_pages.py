@@ -266,7 +266,7 @@ def test_an_agent_reporting_over_otlp_shows_up_on_the_dashboards(
 
     tool_page = staff.get(f"/tools/{tool}/").text
     assert '<span class="value" id="calls">1</span>' in tool_page
-    assert '<span class="value" id="success-rate">0.000</span>' in tool_page
+    assert '<span class="value" id="success-rate">0.0%</span>' in tool_page
     failures = tool_page.split('<table id="failures">', 1)[1]
     assert f'<span class="badge bad">{error_kind}</span>' in failures
     assert message in failures and f"<td>{agent}</td>" in failures
