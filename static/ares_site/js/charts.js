@@ -1,5 +1,5 @@
-// Draw every chart on the page from its JSON figure, and wire the CSV buttons and the
-// log-scale switches.
+// Draw every chart on the page from its JSON figure in the page's theme colours (redrawn
+// when the theme changes), and wire the CSV buttons and the log-scale switches.
 (function () {
   "use strict";
 
@@ -8,13 +8,64 @@
     responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"],
   };
 
+  // Charts take the page's colours: no paper of their own (the card shows through), and the
+  // text and grid colours of the theme in force, whether the system's setting or the admin's
+  // switch (data-theme) chose it. Read from the page's CSS, so there is one palette.
+  var TRANSPARENT = "rgba(0,0,0,0)";
+  var AXIS = /^[xy]axis\d*$/;
+
+  // Return the layout attributes that colour a chart, as Plotly.relayout takes them.
+  function themeColours(layout) {
+    var style = getComputedStyle(document.documentElement);
+    var fg = style.getPropertyValue("--fg").trim();
+    var line = style.getPropertyValue("--line").trim();
+    var colours = {
+      "paper_bgcolor": TRANSPARENT, "plot_bgcolor": TRANSPARENT, "font.color": fg,
+      "modebar.bgcolor": TRANSPARENT, "modebar.color": style.getPropertyValue("--muted").trim(),
+      "modebar.activecolor": fg,
+      // The "x unified" hover box is drawn in the legend's colour: the card's, not white.
+      "legend.bgcolor": style.getPropertyValue("--surface").trim(),
+    };
+    var axes = Object.keys(layout).filter(function (key) { return AXIS.test(key); });
+    ["xaxis", "yaxis"].concat(axes).forEach(function (axis) {
+      colours[axis + ".gridcolor"] = line;
+      colours[axis + ".linecolor"] = line;
+      colours[axis + ".zerolinecolor"] = line;
+    });
+    return colours;
+  }
+
+  // Set the colours in a layout before its first drawing; return them.
+  function applyColours(layout) {
+    var colours = themeColours(layout);
+    Object.keys(colours).forEach(function (path) {
+      var parts = path.split(".");
+      var node = layout;
+      parts.slice(0, -1).forEach(function (part) { node = node[part] = node[part] || {}; });
+      node[parts[parts.length - 1]] = colours[path];
+    });
+    return colours;
+  }
+
   function draw(element) {
     var source = document.getElementById(element.dataset.figure);
     if (!source || !window.Plotly) { return; }
     var figure = JSON.parse(source.textContent);
+    var colours = applyColours(figure.layout);
     window.Plotly.newPlot(element, figure.data, figure.layout, CONFIG).then(function () {
       element.dataset.rendered = "true";
+      element.dataset.fg = colours["font.color"];  // the text colour it was drawn in
       element.dispatchEvent(new CustomEvent("chart:drawn"));
+    });
+  }
+
+  // The theme changed (the system's setting, or data-theme): recolour the drawn charts.
+  function recolour() {
+    document.querySelectorAll('.plot[data-rendered="true"]').forEach(function (plot) {
+      var colours = themeColours(plot.layout);
+      window.Plotly.relayout(plot, colours).then(function () {
+        plot.dataset.fg = colours["font.color"];
+      });
     });
   }
 
@@ -60,4 +111,10 @@
   document.querySelectorAll("input[data-log-scale]").forEach(function (input) {
     input.addEventListener("change", function () { switchScale(input); });
   });
+  if (window.Plotly) {
+    window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", recolour);
+    new MutationObserver(recolour).observe(document.documentElement, {
+      attributes: true, attributeFilter: ["data-theme"],
+    });
+  }
 })();
