@@ -12,6 +12,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils import timezone
 
+from planner_app.pipeline.ruleset import ScoreRule as ScoreRuleData
 from tools_app.models import unknown_tool_problem
 
 
@@ -183,11 +184,9 @@ class ScoreRule(models.Model):
         return f"{self.score_name} {self.operator} {self.threshold} counts {self.weight:g} failure"
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from planner_app.pipeline.ruleset import ScoreRule as Rule
-
-        problem = Rule(self.score_name, self.operator, self.threshold, self.weight).problem()
+        problem = ScoreRuleData(
+            self.score_name, self.operator, self.threshold, self.weight
+        ).problem()
         if problem:
             raise ValidationError(problem)
 

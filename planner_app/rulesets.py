@@ -230,6 +230,17 @@ def _restore(snapshot: dict[str, Any], number: int, user: Any) -> models.RuleSet
         return record_version(f"rolled back to v{number}", user)
 
 
+# Each section of a snapshot: its label in a diff, and what names one of its rows.
+_SECTIONS = (
+    ("capabilities", "capability", lambda row: row["name"]),
+    ("rules", "rule", lambda row: row["name"]),
+    ("mappings", "mapping", lambda row: f"{row['capability']} -> {row['tool']}"),
+    ("profiles", "profile", lambda row: row["tool"]),
+    ("score_rules", "score rule",
+     lambda row: f"{row['score_name']} {row['operator']} {row['threshold']}"),
+)  # fmt: skip
+
+
 def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Return what changed between two snapshots, one line per added, removed or changed row.
 
@@ -237,15 +248,9 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     a list field names the items added and removed ("keywords +sum −add").
     """
     lines = []
-    sections = (("capabilities", "capability", "name"), ("rules", "rule", "name"),
-                ("mappings", "mapping", None), ("profiles", "profile", "tool"),
-                ("score_rules", "score rule", "score rule"))  # fmt: skip
-    for section, label, key in sections:
-
-        def keyed(rows: list[dict[str, Any]], key: str | None = key) -> dict[str, Any]:
-            return {_row_key(row, key): row for row in rows}
-
-        before, after = keyed(old.get(section, [])), keyed(new.get(section, []))
+    for section, label, key in _SECTIONS:
+        before = {key(row): row for row in old.get(section, [])}
+        after = {key(row): row for row in new.get(section, [])}
         for name in sorted(set(before) | set(after)):
             if name not in before:
                 lines.append(f"+ {label} {name}")
@@ -258,14 +263,6 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if changed:
         lines.append(f"~ weights: {'; '.join(changed)}")
     return lines
-
-
-def _row_key(row: dict[str, Any], key: str | None) -> str:
-    if key is None:
-        return f"{row['capability']} -> {row['tool']}"
-    if key == "score rule":
-        return f"{row['score_name']} {row['operator']} {row['threshold']}"
-    return row[key]
 
 
 def _field_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -712,12 +712,9 @@ def _read_dialect(
 ) -> tuple[str, DialectFields]:
     """Return which dialect a span speaks and what it says, trying the dialects in order."""
     if "gen_ai.operation.name" in attributes:
-        said = _read_genai(attributes, name)
-        if "traceloop.span.kind" in attributes or any(
-            key.startswith("traceloop.association.") for key in attributes
-        ):
-            return OPENLLMETRY, said  # OpenLLMetry's LLM spans speak GenAI
-        return GENAI, said
+        # OpenLLMetry's LLM spans speak GenAI, beside traceloop.* attributes.
+        traceloop = any(key.startswith("traceloop.") for key in attributes)
+        return (OPENLLMETRY if traceloop else GENAI), _read_genai(attributes, name)
     if "openinference.span.kind" in attributes:
         return OPENINFERENCE, _read_openinference(attributes, name, scope)
     if "traceloop.span.kind" in attributes:
@@ -781,7 +778,8 @@ def _read_openinference(attributes: dict[str, Any], name: str, scope: str = "") 
     # arguments there: use it when input.value is absent and it is not a JSON Schema.
     if arguments is _ABSENT and parameters is not _ABSENT and not _is_json_schema(parameters):
         arguments = parameters
-    result = attributes.get("output.value") if kind == "tool" else None
+    # Decoded once here; _invocation_fields leaves a decoded value as it is.
+    result = _decoded(attributes.get("output.value")) if kind == "tool" else None
     tool_call_id = attributes.get("tool.id", attributes.get("tool_call.id", _ABSENT))
     failed = False
     message = _langchain_tool_message(result)
@@ -820,22 +818,20 @@ def _read_openllmetry(attributes: dict[str, Any], name: str) -> DialectFields:
     names_agent = ""
     if span_kind in _OPENLLMETRY_AGENT_KINDS:
         names_agent = _name(attributes.get("traceloop.entity.name"))
-    # OpenLLMetry JSON-encodes every output, text too: decode whatever JSON it holds.
-    result = _json_or_text(attributes.get("traceloop.entity.output"))
+    # OpenLLMetry JSON-encodes every output, text too: _decoded(scalars=True) decodes it.
     return DialectFields(
         kind=kind,
         tool_name=attributes.get("traceloop.entity.name", _ABSENT),
         arguments=arguments,
-        result=result,
+        result=attributes.get("traceloop.entity.output"),
         names_agent=names_agent,
         # OpenLLMetry names tool spans "{name}.tool".
         fallback_name=name.removesuffix(".tool") if kind == "tool" else name,
     )
 
 
-def _langchain_tool_message(value: Any) -> dict[str, Any] | None:
-    """Return the data of a serialised LangChain ToolMessage, or None if it is not one."""
-    message = _decoded(value)
+def _langchain_tool_message(message: Any) -> dict[str, Any] | None:
+    """Return the data of a (decoded) serialised LangChain ToolMessage, or None if not one."""
     if (
         isinstance(message, dict)
         and message.get("type") == "tool"
@@ -1080,17 +1076,6 @@ def _decoded(value: Any, scalars: bool = False) -> Any:
         except ValueError:  # a quoted string with an escape JSON does not know
             return value
     if not isinstance(value, str) or value.lstrip()[:1] not in ("{", "["):
-        return value
-    try:
-        decoded = json.loads(value)
-    except (ValueError, RecursionError):
-        return value
-    return value if nesting_exceeds(decoded, MAX_JSON_DEPTH) else decoded
-
-
-def _json_or_text(value: Any) -> Any:
-    """Return text holding any JSON value (a quoted string too) decoded; else unchanged."""
-    if not isinstance(value, str):
         return value
     try:
         decoded = json.loads(value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
@@ -62,6 +62,6 @@ def _back(request: HttpRequest, trace_id: str, span_id: str) -> str:
     if not target:
         try:
             target = reverse("trace-detail", args=[trace_id])
-        except Exception:  # noqa: BLE001 - an id the URL pattern refuses: go to the list
+        except NoReverseMatch:  # no trace id: go to the list
             target = reverse("traces")
     return target.split("#")[0] + (f"#span-{span_id}" if span_id else "#scores")

@@ -39,12 +39,13 @@ def check_values(items: Sequence[ScoreItem]) -> None:
     """Check each item's value against its definition; an unknown name is an error."""
     names = {item.row["name"] for item in items if item.row}
     definitions = {d.name: d for d in ScoreDefinition.objects.filter(name__in=names)}
+    known = ""
     for item in items:
         if item.row is None:
             continue
         definition = definitions.get(item.row["name"])
         if definition is None:
-            known = ", ".join(ScoreDefinition.objects.values_list("name", flat=True)[:20])
+            known = known or ", ".join(ScoreDefinition.objects.values_list("name", flat=True)[:20])
             item.errors.append(
                 ("name", f"no score definition named {item.row['name']!r} (defined: {known})")
             )

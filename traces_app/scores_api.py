@@ -9,13 +9,12 @@ from typing import Any, Literal
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
-from ninja.renderers import JSONRenderer
 from pydantic import ConfigDict, ValidationError, field_validator
 
 from traces_app.api_errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.auth import key_or_staff
-from traces_app.bodies import batch_items, batch_request_body, read_json_body
-from traces_app.models import SCORE_NAME_PATTERN, Score
+from traces_app.bodies import batch_items, batch_request_body, batch_response, read_json_body
+from traces_app.models import SCORE_NAME_PATTERN, ApiKey, Score
 from traces_app.redaction import storable_text
 from traces_app.schemas import (
     NAME_PATTERN,
@@ -28,7 +27,6 @@ from traces_app.schemas import (
 from traces_app.scores import ScoreItem, check_values, score_value, store_scores
 
 router = Router(tags=["scores"])
-_RENDERER = JSONRenderer()
 
 
 class ScoreIn(Schema):
@@ -123,20 +121,7 @@ def send_scores(request: HttpRequest) -> HttpResponse:
     items = [read_item(index, raw) for index, raw in enumerate(raw_items)]
     check_values(items)
     store_scores(items, _sender(request))
-    outcomes = [_outcome(item) for item in items]
-    counts = {
-        status: sum(o["status"] == status for o in outcomes)
-        for status in ("accepted", "duplicate", "rejected")
-    }
-    body = {
-        "accepted": counts["accepted"],
-        "duplicates": counts["duplicate"],
-        "rejected": counts["rejected"],
-        "items": outcomes,
-    }
-    status = 422 if counts["rejected"] == len(outcomes) else 200
-    content = _RENDERER.render(request, body, response_status=status)
-    return HttpResponse(content, status=status, content_type="application/json; charset=utf-8")
+    return batch_response(request, [_outcome(item) for item in items])  # a ScoreBatchOut
 
 
 def read_item(index: int, raw: Any) -> ScoreItem:
@@ -169,7 +154,7 @@ def _outcome(item: ScoreItem) -> dict[str, Any]:
 def _sender(request: HttpRequest) -> str:
     """Return who sent the request: the API key's name, or the staff user's."""
     auth = getattr(request, "auth", None)
-    if auth is not None and hasattr(auth, "name") and hasattr(auth, "prefix"):
+    if isinstance(auth, ApiKey):
         return f"key {auth.name} ({auth.prefix})"
     user = getattr(request, "user", None)
     return f"user {user.get_username()}" if user is not None and user.is_authenticated else "?"
