@@ -256,3 +256,31 @@ def test_traces_are_filtered_by_a_score_on_them_or_on_a_span(
     assert scored_span in page.content.decode() and scored_trace not in page.content.decode()
     refused = admin_client.get("/traces/", {"score": "no good", "range": "24h"}).content.decode()
     assert "Give a score&#x27;s name, or name:value" in refused
+
+
+def test_a_score_sent_before_its_span_is_exported_over_otlp_joins_it(
+    definitions, scores_api, sdk_export
+):
+    exported: dict[str, str] = {}
+
+    def make_spans(tracer: Any) -> None:
+        span = tracer.start_span(
+            "execute_tool lookup",
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"},
+        )
+        context = span.get_span_context()
+        exported.update(trace_id=f"{context.trace_id:032x}", span_id=f"{context.span_id:016x}")
+        # The agent scores the call before its exporter has sent the span.
+        body = scores_api.post("/scores", json={"scores": [
+            score(exported["trace_id"], exported["span_id"], source="agent")
+        ]}).json()  # fmt: skip
+        assert body["items"][0]["pending"] is True
+        span.end()
+
+    sdk_export(make_spans)  # the OpenTelemetry SDK's batch processor and OTLP exporter
+
+    assert settle_pending_scores() == (1, 0)
+    [shown] = scores_api.get("/scores", params={"span_id": exported["span_id"]}).json()
+    assert (shown["trace_id"], shown["pending"], shown["value"]) == (
+        exported["trace_id"], False, False,
+    )  # fmt: skip
