@@ -12,12 +12,20 @@ in the ingest API's JSON shape. What a trace holds depends on who runs it:
 - a saved workflow: its steps, with the planner standing in for a failed step;
 - an outside agent reporting its own calls through the API.
 
-One web search incident (most searches fail for a while) shows on the charts. The same
-seed gives the same ids, so recording twice stores nothing new.
+One web search incident (most searches fail for a while) shows on the charts. Two tools
+compete for sums and arithmetic: the calculator and the `add` tool of the project's demo
+MCP server (`mcp.demo.add`, which `manage.py ares_demo` registers and maps to Summation
+and Arithmetic). The calculator is the planner's choice, until its incident: for a few
+hours early in the window most of its calls time out, the planner prefers `add` and sends
+it the sums it can do, then the calculator recovers and leads again. So the evidence pages
+show the preference flip twice, and the planner's choice now (on each tool's last calls)
+is the calculator's again. The same seed gives the same ids, so recording twice stores
+nothing new.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Callable, Iterator
@@ -44,6 +52,7 @@ class ToolProfile:
     make_args: Callable[[Rng], dict[str, Any]]
     make_result: Callable[[Rng], Any]
     cost_usd: float = 0.0  # per call (paid APIs)
+    timeout_s: float = 30.0  # the engine's default; a timed-out call takes this long
 
 
 def _search_results(rng: Rng) -> dict[str, Any]:
@@ -58,15 +67,31 @@ def _search_results(rng: Rng) -> dict[str, Any]:
     return {"count": 3, "results": results}
 
 
+def _mcp_sum(total: int) -> dict[str, Any]:
+    """Return an MCP result as the client gives it: text, content blocks, structured data."""
+    structured = {"a": total // 2, "b": total - total // 2, "sum": total}
+    text = json.dumps(structured)
+    return {"text": text, "content": [{"type": "text", "text": text}], "structured": structured}
+
+
 def _json_doc(rng: Rng) -> str:
     return f'{{"id": {rng.randint(1, 99)}, "items": [{{"price": {rng.randint(1, 500)}}}]}}'
 
 
 TOOLS: dict[str, ToolProfile] = {
+    # The real calculator refuses every bad expression as invalid_arguments, the caller's
+    # fault: only its incident (timeouts, at its own 10 s limit) counts against it.
     "calculator": ToolProfile(
-        "builtin", 3.0, 0.03, ("invalid_arguments", "invalid_arguments", "tool_error"),
+        "builtin", 3.0, 0.03, ("invalid_arguments",),
         lambda r: {"expression": f"{r.randint(2, 999)}*({r.randint(1, 99)}+{r.randint(1, 9)})"},
-        lambda r: {"value": r.randint(10, 10**6)},
+        lambda r: {"value": r.randint(10, 10**6)}, timeout_s=10.0,
+    ),
+    # The demo MCP server's add(a, b): slower than the in-process calculator, and MCP tools
+    # are never taken as deterministic, so it scores a little below it when both are well.
+    "mcp.demo.add": ToolProfile(
+        "mcp:demo", 25.0, 0.01, ("unavailable", "timeout"),
+        lambda r: {"a": r.randint(1, 5000), "b": r.randint(1, 5000)},
+        lambda r: _mcp_sum(r.randint(2, 10_000)), timeout_s=20.0,
     ),
     "datetime": ToolProfile(
         "builtin", 2.0, 0.01, ("invalid_arguments",),
@@ -130,7 +155,7 @@ TOOLS: dict[str, ToolProfile] = {
     ),
 }  # fmt: skip
 AGENT_TOOLS = [name for name, tool in TOOLS.items() if name not in ("crm_lookup", "ticket_create")]
-AGENT_TOOL_WEIGHTS = [30, 8, 6, 8, 6, 20, 10, 6, 3, 3]
+AGENT_TOOL_WEIGHTS = [45, 6, 8, 6, 8, 6, 20, 10, 6, 3, 3]
 SPIRAL_TOOL_WEIGHTS = [
     weight * TOOLS[name].failure_rate
     for name, weight in zip(AGENT_TOOLS, AGENT_TOOL_WEIGHTS, strict=True)
@@ -143,7 +168,8 @@ FALLBACKS = {
     "datetime": "mcp.time.get_current_time",
     "mcp.time.get_current_time": "datetime",
     "mcp.time.convert_time": "datetime",
-    "calculator": "json_tools",
+    "calculator": "mcp.demo.add",
+    "mcp.demo.add": "calculator",
     "mcp.files.read_file": "http_request",
 }
 # What a user asked, by the tool the agent reaches for first: 60 distinct requests, so that
@@ -162,6 +188,14 @@ REQUESTS_BY_TOOL: dict[str, list[str]] = {
         "total of the invoice lines 120, 75.5 and 19.99",
         "计算 25 乘以 4",
         "1到100的和",
+    ],
+    "mcp.demo.add": [
+        "what is 1250 plus 370",
+        "add 48 and 19",
+        "12 + 30",
+        "sum of 2 and 40",
+        "add 2300 to 450",
+        "计算 25 加 4",
     ],
     "datetime": [
         "What's the date today?",
@@ -235,6 +269,12 @@ REQUESTS = [text for texts in REQUESTS_BY_TOOL.values() for text in texts] + OUT
 # Web search's incident: between these fractions of the window most searches fail.
 INCIDENT = (0.55, 0.60)
 INCIDENT_FAILURE_RATE = 0.6
+# The calculator's incident, early in the window (the same fractions of the traffic): most
+# of its calls time out, and the planner sends the sums it can hand over to add instead.
+# Early, so that by the end each tool's last calls (the planner's evidence window, 200
+# by default) are after it, even in the 2,000 spans of `make run`.
+CALCULATOR_INCIDENT = (0.15, 0.33)
+CALCULATOR_INCIDENT_FAILURE_RATE = 0.6
 # Of LLM agents' traces, the shares where something goes wrong (see _Trace.pick_mishap).
 MISHAPS = {"failing_spiral": 0.025, "loop": 0.015}
 # How often the planner steps in after a call the LLM chose failed, when it has another tool.
@@ -313,7 +353,12 @@ class _TraceMaker:
         rng = self.rng
         start = self.start + self.length * time_of(fraction, self.days)
         start += timedelta(seconds=rng.uniform(0, 5))
-        trace = _Trace(rng, start, in_incident=INCIDENT[0] <= fraction < INCIDENT[1])
+        trace = _Trace(
+            rng,
+            start,
+            in_incident=INCIDENT[0] <= fraction < INCIDENT[1],
+            calculator_down=CALCULATOR_INCIDENT[0] <= fraction < CALCULATOR_INCIDENT[1],
+        )
         draw = rng.random()
         if draw < 0.10:
             trace.workflow()
@@ -329,10 +374,13 @@ class _TraceMaker:
 class _Trace:
     """One trace being written: shared fields, a clock, and its spans so far."""
 
-    def __init__(self, rng: Rng, start: datetime, in_incident: bool) -> None:
+    def __init__(
+        self, rng: Rng, start: datetime, in_incident: bool, calculator_down: bool = False
+    ) -> None:
         self.rng = rng
         self.clock = start
         self.in_incident = in_incident
+        self.calculator_down = calculator_down
         self.trace_id = _hex(rng, 32)
         self.session_id = f"s-{rng.randint(1, 400)}"
         self.spans: list[dict[str, Any]] = []
@@ -362,9 +410,9 @@ class _Trace:
         self.agent, model = rng.choice(LLM_AGENTS), rng.choice(MODELS)
         tool = self.pick_tool()
         self.llm(model, request=rng.choice(REQUESTS_BY_TOOL[tool]))
-        self.call_with_retry(tool, "planner")
+        self.call_with_retry(self.planner_pick(tool), "planner")
         if rng.random() < 0.5:
-            self.call_with_retry(self.pick_tool(), "planner")
+            self.call_with_retry(self.planner_pick(self.pick_tool()), "planner")
         self.llm(model)
 
     def workflow(self) -> None:
@@ -398,6 +446,17 @@ class _Trace:
 
     def pick_tool(self) -> str:
         return self.rng.choices(AGENT_TOOLS, AGENT_TOOL_WEIGHTS)[0]
+
+    def planner_pick(self, tool: str) -> str:
+        """Return the tool the planner runs for a request that `tool` can answer.
+
+        A sum of two numbers (add's requests) goes to the leader of the two: the calculator,
+        but add while the calculator is down. Other sums and arithmetic stay with the
+        calculator whatever its record: add cannot read them, so the planner passes it over.
+        """
+        if tool == "mcp.demo.add" and not self.calculator_down:
+            return "calculator"
+        return tool
 
     def llm_call(self, tool: str) -> None:
         """The LLM calls a tool; when it fails, the planner often picks another for the job."""
@@ -477,6 +536,8 @@ class _Trace:
             rate = profile.failure_rate
             if tool == "web_search" and self.in_incident:
                 rate = INCIDENT_FAILURE_RATE
+            if tool == "calculator" and self.calculator_down:
+                rate, error_kind = CALCULATOR_INCIDENT_FAILURE_RATE, error_kind or "timeout"
             fail = rng.random() < rate
         span: dict[str, Any] = {
             "trace_id": self.trace_id,
@@ -500,7 +561,7 @@ class _Trace:
         if fail:
             kind = error_kind or rng.choice(profile.error_kinds)
             if kind == "timeout":
-                span["latency_ms"] = 30_000.0 + rng.uniform(0, 50)
+                span["latency_ms"] = profile.timeout_s * 1000 + rng.uniform(0, 50)
             arguments, message = failure(tool, kind, span["arguments"])
             span.update(
                 arguments=arguments,
@@ -536,7 +597,6 @@ WRONG_ARGUMENTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
 
 # A tool's own failure that follows from its arguments, for the tools that have one.
 FAILING_ARGUMENTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
-    "calculator": ("expression", lambda v: f"{v}/0", "division by zero in {value!r}"),
     "json_tools": ("pointer", lambda v: "/items/3/price",
                    "no value at {value!r}: items has 1 element"),
 }  # fmt: skip
@@ -555,9 +615,15 @@ def failure(tool: str, kind: str, arguments: dict[str, Any]) -> tuple[dict[str, 
         prefix = f"{name}: " if kind == "invalid_arguments" else ""
         return {**arguments, name: wrong}, prefix + message.format(value=wrong)
     if kind == "timeout":
-        return arguments, f"{tool} did not answer within 30 s (timeout)"
+        return arguments, f"{tool} did not answer within {TOOLS[tool].timeout_s:g} s (timeout)"
     if kind == "rate_limited":
         return arguments, f"{tool}: 429 Too Many Requests (retry after 20 s)"
+    if kind == "unavailable":
+        sent = json.dumps(arguments, ensure_ascii=False)
+        return (
+            arguments,
+            f"the MCP server exited before answering {sent}; it restarts on the next call",
+        )
     target = (
         arguments.get("url") or arguments.get("path") or arguments.get("customer_id")
         or arguments.get("expression") or arguments.get("pointer") or arguments.get("query")

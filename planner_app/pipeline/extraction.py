@@ -46,7 +46,18 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from tools_app.builtins.calculator import CONSTANTS, FUNCTIONS, CalculatorError, parse
+from tools_app.builtins.calculator import (
+    CONSTANTS,
+    FUNCTIONS,
+    CalculatorError,
+    Call,
+    Chain,
+    Literal,
+    Negate,
+    Node,
+    Range,
+    parse,
+)
 
 MAX_REQUEST_LENGTH = 2_000
 
@@ -1677,6 +1688,45 @@ def extract_web_search(request: str) -> Extraction:
     return _needs_llm("no search command (search, look up, 搜索...) followed by what to search for")
 
 
+def _integer(node: Node | Range) -> int | None:
+    """Return the integer a literal (or a negated literal) stands for, else None."""
+    if isinstance(node, Negate):
+        value = _integer(node.operand)
+        return None if value is None else -value
+    if isinstance(node, Literal) and isinstance(node.value, int):
+        return node.value
+    return None
+
+
+def extract_two_integer_sum(request: str) -> Extraction:
+    """Return {a, b} for a tool that adds two integers, when the request is exactly a + b.
+
+    The request is read as the calculator reads it, so every wording it knows ("2 plus 3",
+    "add 2 to 40", "1,250 + 370", "加") works; anything but the sum of two whole numbers
+    ("sum of 1 to 100", "7 + 8 + 9", "2.5 + 1") is refused, and the planner moves on to
+    the next candidate, which can do more.
+    """
+    calculation = extract_calculation(request)
+    if calculation.needs_llm:
+        return calculation
+    expression = calculation.arguments["expression"]
+    tree = parse(expression)
+    terms: list[Node | Range] = []
+    if isinstance(tree, Chain) and len(tree.rest) == 1 and tree.rest[0][0] == "+":
+        terms = [tree.first, tree.rest[0][2]]
+    elif isinstance(tree, Call) and tree.function.name == "sum":
+        terms = list(tree.arguments)  # "sum of 2 and 3" reads as sum(2,3)
+    integers = [_integer(term) for term in terms]
+    if len(integers) != 2 or None in integers:
+        return _needs_llm(f"{expression} is not the sum of two whole numbers, all this tool adds")
+    a, b = integers
+    return _found({"a": a, "b": b}, f"{calculation.reason}: the sum of {a} and {b}")
+
+
+# The project's own MCP server (tools_app/mcp_demo_server.py), as `manage.py ares_demo`
+# registers it (server "demo"): its add tool competes with the calculator for sums.
+DEMO_ADD_TOOL = "mcp.demo.add"
+
 EXTRACTORS: dict[str, Callable[[str], Extraction]] = {
     "calculator": extract_calculation,
     "hash_tool": extract_hash,
@@ -1684,4 +1734,5 @@ EXTRACTORS: dict[str, Callable[[str], Extraction]] = {
     "datetime": extract_datetime,
     "json_tools": extract_json,
     "web_search": extract_web_search,
+    DEMO_ADD_TOOL: extract_two_integer_sum,
 }

@@ -1,4 +1,9 @@
-"""Fill the database with realistic demo traces, a million spans in minutes."""
+"""Fill the database with realistic demo traces, a million spans in minutes.
+
+It lives in planner_app, the highest app it needs: besides the traces (traces_app), it
+registers the demo's competing tools (planner_app.demo: an MCP server of tools_app and the
+planner's capability mappings), so that the evidence pages have candidates to compare.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.utils import timezone
 
+from planner_app.demo import DEMO_SERVER, list_server_tools, register_demo_tools
+from tools_app.specs import ToolFailure
 from traces_app.demo import demo_trace_stream
 from traces_app.models import recount_all_marked_rollups
 from traces_app.schemas import InvocationFromDict
@@ -19,7 +26,9 @@ from traces_app.spiral_detection import rescan_spirals
 class Command(BaseCommand):
     help = (
         "Record realistic demo traces (LLM and tool calls, failures, spirals, planner "
-        "fallbacks, MCP and workflow calls) over the last --days, then refresh the rollups."
+        "fallbacks, MCP and workflow calls) over the last --days, then refresh the rollups. "
+        "Registers the project's demo MCP server, whose add tool competes with the "
+        "calculator for Summation and Arithmetic (--no-demo-server to skip)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,9 +40,23 @@ class Command(BaseCommand):
             "--seed", type=int, default=0, help="Random seed (same seed, same data)"
         )
         parser.add_argument("--batch", type=int, default=1000, help="Spans per transaction")
+        parser.add_argument(
+            "--no-demo-server",
+            action="store_false",
+            dest="demo_server",
+            help=f"Record the traces only: do not register MCP server {DEMO_SERVER!r} "
+            "(tools_app/mcp_demo_server.py) nor map its add tool to Summation and Arithmetic",
+        )
 
     def handle(
-        self, *args: object, invocations: int, days: float, seed: int, batch: int, **opts: object
+        self,
+        *args: object,
+        invocations: int,
+        days: float,
+        seed: int,
+        batch: int,
+        demo_server: bool,
+        **opts: object,
     ) -> None:
         if invocations < 0 or batch < 1:
             raise CommandError("--invocations must be 0 or more and --batch 1 or more")
@@ -43,6 +66,8 @@ class Command(BaseCommand):
                 f"--days must be over 0 and at most ARES_RETENTION_DAYS "
                 f"({settings.ARES_RETENTION_DAYS})"
             )
+        if demo_server:
+            self.register_demo_server()
         started = time.monotonic()
         progress = ProgressBar(invocations, self.stderr)
         stored = 0
@@ -64,6 +89,29 @@ class Command(BaseCommand):
             f"Recorded {stored} new spans ({invocations - stored} already there) "
             f"in {seconds:.1f} s ({invocations / max(seconds, 1e-9):,.0f} spans/s)."
         )
+
+    def register_demo_server(self) -> None:
+        """Register the demo MCP server and its mappings, then check that its tools list."""
+        found = register_demo_tools()
+        if found.created:
+            self.stdout.write(
+                f"Registered MCP server {DEMO_SERVER!r} (tools_app/mcp_demo_server.py)"
+            )
+        else:
+            self.stdout.write(f"MCP server {DEMO_SERVER!r} is registered already: left as it is")
+        for mapping in found.mapped:
+            self.stdout.write(f"Mapped {mapping}")
+        for name in found.missing:
+            self.stderr.write(f"No capability {name!r} (deleted?): its demo mapping is left out")
+        try:
+            tools = list_server_tools(found.server)
+        except (ToolFailure, ValueError) as exc:
+            self.stderr.write(
+                f"MCP server {DEMO_SERVER!r} does not answer ({exc}): the planner will show its "
+                "mapped tools as not registered until it does"
+            )
+        else:
+            self.stdout.write(f"MCP server {DEMO_SERVER!r} answers with tools {', '.join(tools)}")
 
 
 def batches(traces: Iterable[list[dict]], size: int) -> Iterator[list[dict]]:

@@ -1,0 +1,89 @@
+"""The demo's competing tools: the project's own MCP server, registered, its add tool mapped.
+
+Built-in tools each serve their own capabilities, so without MCP servers the evidence
+pages have one candidate per capability and nothing to compare. `manage.py ares_demo`
+registers tools_app/mcp_demo_server.py (a stdio server this Python runs, so it works on
+any machine the site runs on) as MCP server "demo", and maps its `add` tool to Summation
+and Arithmetic, where it competes with the calculator; the demo traces
+(traces_app.demo) give the two tools the records that make the planner's preference
+flip. A site without the demo has neither the server nor the mappings: this is a command
+option, not a migration. An operator removes both in the admin like any other rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import transaction
+
+from planner_app.models import Capability, CapabilityMapping
+from planner_app.pipeline.extraction import DEMO_ADD_TOOL
+from tools_app.models import McpServer
+
+DEMO_SERVER = "demo"
+# Tool -> the capabilities it competes for. add takes two integers: the planner's
+# extractor (extraction.extract_two_integer_sum) gives it only requests that are a + b.
+DEMO_MAPPINGS = {DEMO_ADD_TOOL: ("Summation", "Arithmetic")}
+
+
+@dataclass
+class DemoTools:
+    """What register_demo_tools found and did."""
+
+    server: McpServer
+    created: bool  # False: a server of that name was there already, left as it was
+    mapped: list[str] = field(default_factory=list)  # "Summation -> mcp.demo.add", new ones
+    missing: list[str] = field(default_factory=list)  # capabilities an operator deleted
+
+
+def demo_server_fields() -> dict[str, object]:
+    """Return the McpServer fields that run the demo server over stdio with this Python."""
+    return {
+        "transport": McpServer.Transport.STDIO,
+        "command": sys.executable,
+        "args": ["-m", "tools_app.mcp_demo_server", "--transport", "stdio"],
+        # The child imports tools_app from this checkout, whatever its working directory.
+        "env": {"PYTHONPATH": str(settings.BASE_DIR)},
+        "timeout_s": 20,
+    }
+
+
+def register_demo_tools() -> DemoTools:
+    """Register the demo MCP server and its capability mappings, unless already there.
+
+    One transaction, so the planner records one rule-set version for the new mappings.
+    """
+    with transaction.atomic():
+        server, created = McpServer.objects.get_or_create(
+            name=DEMO_SERVER, defaults=demo_server_fields()
+        )
+        found = DemoTools(server, created)
+        for tool, capabilities in DEMO_MAPPINGS.items():
+            for name in capabilities:
+                capability = Capability.objects.filter(name=name).first()
+                if capability is None:
+                    found.missing.append(name)
+                    continue
+                mapping, new = CapabilityMapping.objects.get_or_create(
+                    capability=capability, tool=tool
+                )
+                if new:
+                    found.mapped.append(str(mapping))
+    return found
+
+
+def list_server_tools(server: McpServer) -> list[str]:
+    """Start the server, list its tools and stop it; ToolFailure or ValueError if it can't."""
+    from tools_app.mcp import McpClient  # the MCP SDK is big: load it when used
+
+    async def listed() -> list[str]:
+        client = McpClient(server.config())
+        try:
+            return [tool.name for tool in await client.list_tools()]
+        finally:
+            await client.close()
+
+    return asyncio.run(listed())
