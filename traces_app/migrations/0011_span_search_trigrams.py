@@ -5,6 +5,13 @@ well as the request: without these, PostgreSQL scans every span in the range for
 `UPPER(error_message) LIKE UPPER('%...%')` and `UPPER(arguments::text) LIKE ...`, which
 grows with the spans (a million and more). Tool names are matched through the rollups
 and the tool index, so they need none. SQLite has no such index; it keeps scanning.
+
+The indexes are built CONCURRENTLY, so a large existing database keeps taking spans while
+they build (a plain CREATE INDEX holds a lock that blocks every write to the table for
+the minutes a build takes). CONCURRENTLY cannot run inside a transaction, hence a
+non-atomic migration. A concurrent build that fails (interrupted, or a deadlock) leaves
+an invalid index behind, which IF NOT EXISTS would keep for good: it is dropped and built
+again. Reversing drops them, concurrently too.
 """
 
 from django.db import migrations
@@ -16,13 +23,26 @@ INDEXES = {
 }
 
 
+def invalid_indexes(schema_editor, names):
+    """Return those of the named indexes that a failed concurrent build left invalid."""
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT class.relname FROM pg_index JOIN pg_class class ON class.oid = indexrelid "
+            "WHERE class.relname = ANY(%s) AND NOT pg_index.indisvalid",
+            [list(names)],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
 def create_indexes(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    for name in invalid_indexes(schema_editor, INDEXES):
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
     for name, expression in INDEXES.items():
         schema_editor.execute(
-            f"CREATE INDEX IF NOT EXISTS {name} ON traces_app_invocation "
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON traces_app_invocation "
             f"USING gin (({expression}) gin_trgm_ops)"
         )
 
@@ -30,10 +50,12 @@ def create_indexes(apps, schema_editor):
 def drop_indexes(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         for name in INDEXES:
-            schema_editor.execute(f"DROP INDEX IF EXISTS {name}")
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
 
 
 class Migration(migrations.Migration):
+    atomic = False  # CREATE INDEX CONCURRENTLY cannot run in a transaction
+
     dependencies = [("traces_app", "0010_invocation_tool_type_description")]
 
     operations = [migrations.RunPython(create_indexes, drop_indexes)]
