@@ -1,4 +1,4 @@
-"""Migration 0011: the span search's trigram indexes, built without blocking writes on PostgreSQL."""
+"""Migration 0011: the span search's trigram indexes, built without blocking writes (PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -31,12 +31,12 @@ def run(direction: str) -> list[tuple[str, bool]]:
         statements.append((sql, connection.in_atomic_block))
         return execute(sql, params, many, context)
 
-    with connection.execute_wrapper(watch):
-        with connection.schema_editor(atomic=migration.atomic) as editor:
-            if direction == "forwards":
-                migration.apply(state, editor)
-            else:
-                migration.unapply(loader.project_state(NAME), editor)
+    editing = connection.schema_editor(atomic=migration.atomic)
+    with connection.execute_wrapper(watch), editing as editor:
+        if direction == "forwards":
+            migration.apply(state, editor)
+        else:
+            migration.unapply(loader.project_state(NAME), editor)
     return statements
 
 
