@@ -1,0 +1,159 @@
+"""The demo's competing tools: calculator and the demo MCP server's add, and the flip between them.
+
+The demo server really runs here (a stdio child of this Python), as it does under `make run`.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from planner_app import rulesets
+from planner_app.evidence import capability_evidence, capability_overview
+from planner_app.models import CapabilityMapping, RuleSetVersion
+from planner_app.rulesets import current_ruleset
+from planner_app.services import plan_request
+from tests.conftest import make_span
+from tools_app import runtime
+from tools_app.models import McpServer
+from traces_app.models import Invocation
+from traces_app.ranges import parse_range
+from traces_app.schemas import InvocationIn
+from traces_app.services import record_invocations
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ADD = "mcp.demo.add"
+
+
+@pytest.fixture(autouse=True)
+def fresh_engine_and_rules(settings: Any, default_rules: None) -> Iterator[None]:
+    """See every new row and call at once; stop the demo server's session afterwards."""
+    settings.ARES_TOOL_SETTINGS_CHECK_S = 0
+    settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
+    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    yield
+    runtime.shutdown()
+    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+
+
+def demo(*args: str) -> str:
+    out = io.StringIO()
+    call_command("ares_demo", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def mapped_to_add() -> set[str]:
+    return set(
+        CapabilityMapping.objects.filter(tool=ADD).values_list("capability__name", flat=True)
+    )
+
+
+def test_ares_demo_registers_the_demo_server_and_maps_add_once() -> None:
+    versions = RuleSetVersion.objects.count()
+    out = demo("--invocations", "200")
+    server = McpServer.objects.get(name="demo")
+    assert (server.transport, server.command) == ("stdio", sys.executable)
+    assert server.args == ["-m", "tools_app.mcp_demo_server", "--transport", "stdio"]
+    assert mapped_to_add() == {"Summation", "Arithmetic"}
+    assert RuleSetVersion.objects.count() == versions + 1  # both mappings, one version
+    answered = next(line for line in out.splitlines() if "answers with tools" in line)
+    assert "add" in answered.split("tools ")[1].split(", ")
+    again = demo("--invocations", "200")
+    assert "registered already" in again
+    assert CapabilityMapping.objects.filter(tool=ADD).count() == 2
+    assert RuleSetVersion.objects.count() == versions + 1
+
+
+def test_without_the_demo_server_the_site_has_no_mcp_server_nor_mapping() -> None:
+    demo("--invocations", "200", "--no-demo-server")
+    assert not McpServer.objects.exists()
+    assert mapped_to_add() == set()
+    assert Invocation.objects.count() == 200  # the traces all the same
+
+
+def test_the_preference_flips_to_add_in_the_calculators_incident_and_back() -> None:
+    demo("--invocations", "2000")  # what `make run` loads
+    registry, ruleset = runtime.get_engine().registry, current_ruleset()
+    time_range, _ = parse_range({"range": "24h"}, timezone.now())
+    for capability in ("Summation", "Arithmetic"):
+        found = capability_evidence(capability, ruleset, registry, time_range)
+        assert {c.spec.name for c in found.candidates} == {"calculator", ADD}
+        assert [(f.before, f.after) for f in found.flips] == [
+            ("calculator", ADD), (ADD, "calculator"),
+        ]  # fmt: skip
+        went, came_back = (flip.bucket_start for flip in found.flips)
+        assert came_back - went >= timedelta(hours=2)
+        # The pages' buckets agree with the raw spans: the calculator timed out in the
+        # bucket where add took over, and never after it got the lead back.
+        timeouts = Invocation.objects.for_tool("calculator").filter(error_kind="timeout")
+        first_bucket = timeouts.filter(
+            started_at__gte=went, started_at__lt=went + time_range.bucket
+        )
+        index = time_range.bucket_starts().index(went)
+        by_kind = found.series["calculator"][index].totals.failures_by_kind
+        assert first_bucket.count() == by_kind["timeout"] > 0
+        assert not timeouts.filter(started_at__gte=came_back).exists()
+        # The leader of the last bucket is the one the planner picks now.
+        overview = {c.name: c for c in capability_overview(ruleset, registry)}
+        assert found.leaders[-1] == overview[capability].scores_now[0].tool == "calculator"
+    plan = plan_request("what is 1250 plus 370")
+    assert [(s.tool, s.arguments) for s in plan.steps] == [
+        ("calculator", {"expression": "1250+370"})
+    ]
+
+
+def calculator_incident_now(calls: int = 60) -> None:
+    """Record the calculator timing out on its latest calls, as in the demo's incident."""
+    now = datetime.now(UTC)
+    spans = [
+        make_span(
+            tool_name="calculator", status="error", error_kind="timeout", latency_ms=10_000.0,
+            error_message="calculator did not answer within 10 s (timeout)",
+            started_at=(now - timedelta(seconds=index)).isoformat(),
+        )
+        for index in range(calls)
+    ]  # fmt: skip
+    record_invocations([InvocationIn.model_validate(span) for span in spans])
+
+
+def test_while_add_leads_the_planner_gives_it_the_sums_it_can_do_and_it_runs(
+    admin_client: Any,
+) -> None:
+    demo("--invocations", "2000")
+    calculator_incident_now()
+    overview = {
+        c.name: c for c in capability_overview(current_ruleset(), runtime.get_engine().registry)
+    }
+    assert overview["Summation"].scores_now[0].tool == ADD  # the evidence page's leader
+    plan = plan_request("what is 1250 plus 370")
+    assert [(s.tool, s.arguments, s.fallback_tools) for s in plan.steps] == [
+        (ADD, {"a": 1250, "b": 370}, ("calculator",))
+    ]
+    leader = plan.explanation["candidates"]["Summation"][0]
+    assert (leader["tool"], leader["final"]) == (ADD, overview["Summation"].scores_now[0].final)
+    response = admin_client.post("/planner/try", {"request": "what is 1250 plus 370"})
+    assert response.status_code == 200
+    [row] = response.context["results"]
+    assert (row["result"].tool, row["result"].success) == (ADD, True)
+    assert row["result"].data["structured"] == {"a": 1250, "b": 370, "sum": 1620}
+    call = Invocation.objects.for_tool(ADD).get(trace__agent="try-the-planner")
+    assert (call.status, call.ran_on, call.chosen_by) == ("ok", "mcp:demo", "planner")
+
+
+def test_while_add_leads_a_sum_it_cannot_do_goes_to_the_calculator() -> None:
+    demo("--invocations", "2000")
+    calculator_incident_now()
+    plan = plan_request("sum of 3, 4 and 5")
+    assert [(s.tool, s.arguments) for s in plan.steps] == [
+        ("calculator", {"expression": "sum(3,4,5)"})
+    ]
+    passed_over = [r for r in plan.explanation["rejected"] if r.get("tool") == ADD]
+    assert "not the sum of two whole numbers" in passed_over[0]["why"]
