@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -86,4 +87,6 @@ def list_server_tools(server: McpServer) -> list[str]:
         finally:
             await client.close()
 
-    return asyncio.run(listed())
+    # A thread of its own: the caller may be running an event loop already (a test's browser).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, listed()).result()
