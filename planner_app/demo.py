@@ -42,10 +42,13 @@ class DemoTools:
 
 def demo_server_fields() -> dict[str, object]:
     """Return the McpServer fields that run the demo server over stdio with this Python."""
+    prefix = f"mcp.{DEMO_SERVER}."
+    served = ",".join(sorted(tool.removeprefix(prefix) for tool in DEMO_MAPPINGS))
     return {
         "transport": McpServer.Transport.STDIO,
         "command": sys.executable,
-        "args": ["-m", "tools_app.mcp_demo_server", "--transport", "stdio"],
+        # Only the tools that compete: the server's others (fail, sleep, pid...) are for tests.
+        "args": ["-m", "tools_app.mcp_demo_server", "--transport", "stdio", "--tools", served],
         # The child imports tools_app from this checkout, whatever its working directory.
         "env": {"PYTHONPATH": str(settings.BASE_DIR)},
         "timeout_s": 20,

@@ -2,14 +2,17 @@
 
 `python -m tools_app.mcp_demo_server --port 8765` serves streamable HTTP at
 `http://127.0.0.1:8765/mcp`; `--transport sse` serves `http://127.0.0.1:8765/sse`;
-`--transport stdio` talks over stdin/stdout.
+`--transport stdio` talks over stdin/stdout. `--tools add` serves only the tools named
+(comma-separated): `manage.py ares_demo` registers it so, since `fail`, `sleep` and `pid`
+are there for tests and have no place among a site's tools.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Literal
+from collections.abc import Callable, Collection
+from typing import Any, Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -28,32 +31,40 @@ class Sum(BaseModel):
     sum: int
 
 
-def build_server(log_level: LogLevel = "WARNING") -> MCPServer:
-    """Return the demo server with its tools registered."""
+def build_server(log_level: LogLevel = "WARNING", only: Collection[str] | None = None) -> MCPServer:
+    """Return the demo server with its tools registered (only those named, if given)."""
     server = MCPServer("ares-demo", version="1.0", log_level=log_level)
 
-    @server.tool(annotations=READ_ONLY)
+    def tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            if only is None or function.__name__ in only:
+                server.tool(**options)(function)
+            return function
+
+        return register
+
+    @tool(annotations=READ_ONLY)
     def echo(text: str) -> str:
         """Return the text unchanged."""
         return text
 
-    @server.tool(annotations=READ_ONLY)
+    @tool(annotations=READ_ONLY)
     def add(a: int, b: int) -> Sum:
         """Add two integers; the result is structured as {a, b, sum}."""
         return Sum(a=a, b=b, sum=a + b)
 
-    @server.tool()
+    @tool()
     def fail(message: str) -> str:
         """Fail with the given message, as an isError result."""
         raise ToolError(message)
 
-    @server.tool(annotations=READ_ONLY)
+    @tool(annotations=READ_ONLY)
     async def sleep(seconds: float) -> str:
         """Sleep for the given seconds, then say so; for timeout tests."""
         await anyio.sleep(seconds)
         return f"slept {seconds}s"
 
-    @server.tool(annotations=READ_ONLY)
+    @tool(annotations=READ_ONLY)
     def pid() -> int:
         """Return this server's process id, so tests can tell a restarted server apart."""
         return os.getpid()
@@ -67,8 +78,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--transport", default="streamable-http", choices=TRANSPORTS)
     parser.add_argument("--log-level", default="WARNING", choices=LogLevel.__args__)
+    parser.add_argument("--tools", help="Serve only these tools (comma-separated); default all")
     options = parser.parse_args()
-    server = build_server(options.log_level)
+    only = [name.strip() for name in options.tools.split(",")] if options.tools else None
+    server = build_server(options.log_level, only)
     if options.transport == "stdio":
         server.run("stdio")
     else:

@@ -61,11 +61,11 @@ def test_ares_demo_registers_the_demo_server_and_maps_add_once() -> None:
     out = demo("--invocations", "200")
     server = McpServer.objects.get(name="demo")
     assert (server.transport, server.command) == ("stdio", sys.executable)
-    assert server.args == ["-m", "tools_app.mcp_demo_server", "--transport", "stdio"]
+    assert server.args[:2] == ["-m", "tools_app.mcp_demo_server"]
     assert mapped_to_add() == {"Summation", "Arithmetic"}
     assert RuleSetVersion.objects.count() == versions + 1  # both mappings, one version
     answered = next(line for line in out.splitlines() if "answers with tools" in line)
-    assert "add" in answered.split("tools ")[1].split(", ")
+    assert answered.split("tools ")[1].split(", ") == ["add"]  # not its tests' fail, sleep...
     again = demo("--invocations", "200")
     assert "registered already" in again
     assert CapabilityMapping.objects.filter(tool=ADD).count() == 2
