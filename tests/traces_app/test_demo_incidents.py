@@ -43,3 +43,20 @@ def test_the_planner_gives_add_a_call_of_its_own_only_while_the_calculator_is_do
                 continue  # the planner standing in for a failed call
             chosen[in_incident] += 1
     assert chosen[True] > 0 and chosen[False] == 0
+
+
+def test_adds_failures_are_the_mcp_servers_and_name_the_call() -> None:
+    failed = [
+        span
+        for _, spans in calls()
+        for span in spans
+        if span["tool_name"] == "mcp.demo.add" and span["status"] == "error"
+    ]
+    assert {span["error_kind"] for span in failed} == {"unavailable", "timeout"}
+    for span in failed:
+        if span["error_kind"] == "timeout":
+            assert span["error_message"] == "mcp.demo.add did not answer within 20 s (timeout)"
+            assert span["latency_ms"] >= 20_000
+        else:
+            sent = span["arguments"]
+            assert f'{{"a": {sent["a"]}, "b": {sent["b"]}}}' in span["error_message"], span
