@@ -23,7 +23,7 @@ from planner_app.services import plan_request
 from tests.conftest import make_span
 from tools_app import runtime
 from tools_app.models import McpServer
-from traces_app.models import Invocation
+from traces_app.models import Invocation, caller_fault_q
 from traces_app.ranges import parse_range
 from traces_app.schemas import InvocationIn
 from traces_app.services import record_invocations
@@ -101,6 +101,12 @@ def test_the_preference_flips_to_add_in_the_calculators_incident_and_back() -> N
         by_kind = found.series["calculator"][index].totals.failures_by_kind
         assert first_bucket.count() == by_kind["timeout"] > 0
         assert not timeouts.filter(started_at__gte=came_back).exists()
+        # The score parts over the range count every span of the demo (all inside it), the
+        # caller's faults apart, as the raw records do.
+        for part in found.parts:
+            spans = Invocation.objects.tools().for_tool(part.candidate.spec.name)
+            faults = spans.filter(caller_fault_q()).count()
+            assert (part.over_range.samples, part.caller_faults) == (spans.count() - faults, faults)
         # The leader of the last bucket is the one the planner picks now.
         overview = {c.name: c for c in capability_overview(ruleset, registry)}
         assert found.leaders[-1] == overview[capability].scores_now[0].tool == "calculator"
