@@ -4,9 +4,10 @@ Built-in tools each serve their own capabilities, so without MCP servers the evi
 pages have one candidate per capability and nothing to compare. `manage.py ares_demo`
 registers tools_app/mcp_demo_server.py (a stdio server this Python runs, so it works on
 any machine the site runs on) as MCP server "demo", and maps its `add` tool to Summation
-and Arithmetic, where it competes with the calculator; the demo traces
-(traces_app.demo) give the two tools the records that make the planner's preference
-flip. A site without the demo has neither the server nor the mappings: this is a command
+and Arithmetic, where it competes with the calculator, and its `sha256` tool to Hashing,
+where it competes with hash_tool; the demo traces (traces_app.demo) give the calculator
+and add the records that make the planner's preference flip, while hash_tool holds the
+lead. A site without the demo has neither the server nor the mappings: this is a command
 option, not a migration. An operator removes both in the admin like any other rows.
 """
 
@@ -21,13 +22,14 @@ from django.conf import settings
 from django.db import transaction
 
 from planner_app.models import Capability, CapabilityMapping
-from planner_app.pipeline.extraction import DEMO_ADD_TOOL
+from planner_app.pipeline.extraction import DEMO_ADD_TOOL, DEMO_SHA256_TOOL
 from tools_app.models import McpServer
 
 DEMO_SERVER = "demo"
 # Tool -> the capabilities it competes for. add takes two integers: the planner's
-# extractor (extraction.extract_two_integer_sum) gives it only requests that are a + b.
-DEMO_MAPPINGS = {DEMO_ADD_TOOL: ("Summation", "Arithmetic")}
+# extractor (extraction.extract_two_integer_sum) gives it only requests that are a + b;
+# sha256 only requests for SHA-256 (extract_sha256_text).
+DEMO_MAPPINGS = {DEMO_ADD_TOOL: ("Summation", "Arithmetic"), DEMO_SHA256_TOOL: ("Hashing",)}
 
 
 @dataclass

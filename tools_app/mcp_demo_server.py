@@ -2,14 +2,15 @@
 
 `python -m tools_app.mcp_demo_server --port 8765` serves streamable HTTP at
 `http://127.0.0.1:8765/mcp`; `--transport sse` serves `http://127.0.0.1:8765/sse`;
-`--transport stdio` talks over stdin/stdout. `--tools add` serves only the tools named
-(comma-separated): `manage.py ares_demo` registers it so, since `fail`, `sleep` and `pid`
-are there for tests and have no place among a site's tools.
+`--transport stdio` talks over stdin/stdout. `--tools add,sha256` serves only the tools
+named: `manage.py ares_demo` registers it so, since `fail`, `sleep`, `pid` and `echo` are
+there for tests and have no place among a site's tools.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 from collections.abc import Callable, Collection
 from typing import Any, Literal
@@ -52,6 +53,11 @@ def build_server(log_level: LogLevel = "WARNING", only: Collection[str] | None =
     def add(a: int, b: int) -> Sum:
         """Add two integers; the result is structured as {a, b, sum}."""
         return Sum(a=a, b=b, sum=a + b)
+
+    @tool(annotations=READ_ONLY)
+    def sha256(text: str) -> str:
+        """Return the SHA-256 digest of the text (UTF-8), in hex."""
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @tool()
     def fail(message: str) -> str:

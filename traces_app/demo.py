@@ -19,7 +19,8 @@ and Arithmetic). The calculator is the planner's choice, until its incident: for
 hours early in the window most of its calls time out, the planner prefers `add` and sends
 it the sums it can do, then the calculator recovers and leads again. So the evidence pages
 show the preference flip twice, and the planner's choice now (on each tool's last calls)
-is the calculator's again. The same seed gives the same ids, so recording twice stores
+is the calculator's again. The demo server's `sha256` competes with hash_tool for Hashing
+and stays second all along. The same seed gives the same ids, so recording twice stores
 nothing new.
 """
 
@@ -68,10 +69,18 @@ def _search_results(rng: Rng) -> dict[str, Any]:
 
 
 def _mcp_sum(total: int) -> dict[str, Any]:
-    """Return an MCP result as the client gives it: text, content blocks, structured data."""
+    """Return add's MCP result: its structured {a, b, sum}, and the same as text."""
     structured = {"a": total // 2, "b": total - total // 2, "sum": total}
-    text = json.dumps(structured)
-    return {"text": text, "content": [{"type": "text", "text": text}], "structured": structured}
+    return _mcp_result(json.dumps(structured), structured)
+
+
+def _mcp_result(text: str, structured: Any = None) -> dict[str, Any]:
+    """Return an MCP result as the client gives it: text, content blocks, structured data.
+
+    A tool that returns a plain value (sha256's str) has it structured as {"result": ...}.
+    """
+    data = {"result": text} if structured is None else structured
+    return {"text": text, "content": [{"type": "text", "text": text}], "structured": data}
 
 
 def _json_doc(rng: Rng) -> str:
@@ -102,6 +111,13 @@ TOOLS: dict[str, ToolProfile] = {
         "builtin", 1.0, 0.005, ("invalid_arguments",),
         lambda r: {"operation": "sha256", "text": r.choice(["hello", "report.pdf", "42"])},
         lambda r: {"digest": f"{r.getrandbits(256):064x}"},
+    ),
+    # The demo MCP server's sha256(text): hash_tool's competitor for Hashing, which it never
+    # overtakes (slower, and not taken as deterministic), a steady second.
+    "mcp.demo.sha256": ToolProfile(
+        "mcp:demo", 20.0, 0.01, ("unavailable", "timeout"),
+        lambda r: {"text": r.choice(["hello", "report.pdf", "INV-2026-0042"])},
+        lambda r: _mcp_result(f"{r.getrandbits(256):064x}"), timeout_s=20.0,
     ),
     "string_utils": ToolProfile(
         "builtin", 1.0, 0.01, ("invalid_arguments",),
@@ -155,7 +171,7 @@ TOOLS: dict[str, ToolProfile] = {
     ),
 }  # fmt: skip
 AGENT_TOOLS = [name for name, tool in TOOLS.items() if name not in ("crm_lookup", "ticket_create")]
-AGENT_TOOL_WEIGHTS = [45, 6, 8, 6, 8, 6, 20, 10, 6, 3, 3]
+AGENT_TOOL_WEIGHTS = [45, 6, 8, 6, 3, 8, 6, 20, 10, 6, 3, 3]
 SPIRAL_TOOL_WEIGHTS = [
     weight * TOOLS[name].failure_rate
     for name, weight in zip(AGENT_TOOLS, AGENT_TOOL_WEIGHTS, strict=True)
@@ -170,6 +186,8 @@ FALLBACKS = {
     "mcp.time.convert_time": "datetime",
     "calculator": "mcp.demo.add",
     "mcp.demo.add": "calculator",
+    "hash_tool": "mcp.demo.sha256",
+    "mcp.demo.sha256": "hash_tool",
     "mcp.files.read_file": "http_request",
 }
 # What a user asked, by the tool the agent reaches for first: 60 distinct requests, so that
@@ -211,6 +229,11 @@ REQUESTS_BY_TOOL: dict[str, list[str]] = {
         "base64 encode 'user:secret'",
         "sha512 checksum of the release notes",
         "decode the base64 string aGVsbG8=",
+    ],
+    "mcp.demo.sha256": [
+        "sha256 of 'INV-2026-0042'",
+        "sha-256 digest of hello",
+        "SHA256 hash of the word 'release'",
     ],
     "string_utils": [
         "Upper-case 'hello world' and count its letters",
@@ -453,9 +476,12 @@ class _Trace:
         A sum of two numbers (add's requests) goes to the leader of the two: the calculator,
         but add while the calculator is down. Other sums and arithmetic stay with the
         calculator whatever its record: add cannot read them, so the planner passes it over.
+        A SHA-256 request goes to hash_tool, which leads sha256 all along.
         """
         if tool == "mcp.demo.add" and not self.calculator_down:
             return "calculator"
+        if tool == "mcp.demo.sha256":
+            return "hash_tool"  # it always leads for Hashing
         return tool
 
     def llm_call(self, tool: str) -> None:

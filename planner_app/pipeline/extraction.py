@@ -1723,9 +1723,22 @@ def extract_two_integer_sum(request: str) -> Extraction:
     return _found({"a": a, "b": b}, f"{calculation.reason}: the sum of {a} and {b}")
 
 
+def extract_sha256_text(request: str) -> Extraction:
+    """Return {text} for a tool that does SHA-256 only, when the request asks for SHA-256."""
+    hashing = extract_hash(request)
+    if hashing.needs_llm:
+        return hashing
+    operation = hashing.arguments["operation"]
+    if operation != "sha256":
+        return _needs_llm(f"the request asks for {operation}; this tool does sha256 only")
+    return _found({"text": hashing.arguments["text"]}, hashing.reason)
+
+
 # The project's own MCP server (tools_app/mcp_demo_server.py), as `manage.py ares_demo`
-# registers it (server "demo"): its add tool competes with the calculator for sums.
+# registers it (server "demo"): its add tool competes with the calculator for sums, its
+# sha256 tool with hash_tool.
 DEMO_ADD_TOOL = "mcp.demo.add"
+DEMO_SHA256_TOOL = "mcp.demo.sha256"
 
 EXTRACTORS: dict[str, Callable[[str], Extraction]] = {
     "calculator": extract_calculation,
@@ -1735,4 +1748,5 @@ EXTRACTORS: dict[str, Callable[[str], Extraction]] = {
     "json_tools": extract_json,
     "web_search": extract_web_search,
     DEMO_ADD_TOOL: extract_two_integer_sum,
+    DEMO_SHA256_TOOL: extract_sha256_text,
 }

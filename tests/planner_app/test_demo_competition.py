@@ -5,6 +5,7 @@ The demo server really runs here (a stdio child of this Python), as it does unde
 
 from __future__ import annotations
 
+import hashlib
 import io
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from planner_app.services import plan_request
 from tests.conftest import make_span
 from tools_app import runtime
 from tools_app.models import McpServer
+from tools_app.specs import ToolCall
 from traces_app.models import Invocation, caller_fault_q
 from traces_app.ranges import parse_range
 from traces_app.schemas import InvocationIn
@@ -31,6 +33,7 @@ from traces_app.services import record_invocations
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ADD = "mcp.demo.add"
+SHA256 = "mcp.demo.sha256"
 
 
 @pytest.fixture(autouse=True)
@@ -50,32 +53,32 @@ def demo(*args: str) -> str:
     return out.getvalue()
 
 
-def mapped_to_add() -> set[str]:
-    return set(
-        CapabilityMapping.objects.filter(tool=ADD).values_list("capability__name", flat=True)
-    )
+def demo_mappings() -> set[tuple[str, str]]:
+    mappings = CapabilityMapping.objects.filter(tool__startswith="mcp.demo.")
+    return set(mappings.values_list("capability__name", "tool"))
 
 
-def test_ares_demo_registers_the_demo_server_and_maps_add_once() -> None:
+def test_ares_demo_registers_the_demo_server_and_maps_its_tools_once() -> None:
     versions = RuleSetVersion.objects.count()
     out = demo("--invocations", "200")
     server = McpServer.objects.get(name="demo")
     assert (server.transport, server.command) == ("stdio", sys.executable)
     assert server.args[:2] == ["-m", "tools_app.mcp_demo_server"]
-    assert mapped_to_add() == {"Summation", "Arithmetic"}
-    assert RuleSetVersion.objects.count() == versions + 1  # both mappings, one version
+    assert demo_mappings() == {("Summation", ADD), ("Arithmetic", ADD), ("Hashing", SHA256)}
+    assert RuleSetVersion.objects.count() == versions + 1  # every mapping, one version
     answered = next(line for line in out.splitlines() if "answers with tools" in line)
-    assert answered.split("tools ")[1].split(", ") == ["add"]  # not its tests' fail, sleep...
+    # The tools that compete, not the server's test tools (fail, sleep, pid, echo).
+    assert answered.split("tools ")[1].split(", ") == ["add", "sha256"]
     again = demo("--invocations", "200")
     assert "registered already" in again
-    assert CapabilityMapping.objects.filter(tool=ADD).count() == 2
+    assert CapabilityMapping.objects.filter(tool__startswith="mcp.demo.").count() == 3
     assert RuleSetVersion.objects.count() == versions + 1
 
 
 def test_without_the_demo_server_the_site_has_no_mcp_server_nor_mapping() -> None:
     demo("--invocations", "200", "--no-demo-server")
     assert not McpServer.objects.exists()
-    assert mapped_to_add() == set()
+    assert demo_mappings() == set()
     assert Invocation.objects.count() == 200  # the traces all the same
 
 
@@ -114,6 +117,25 @@ def test_the_preference_flips_to_add_in_the_calculators_incident_and_back() -> N
     assert [(s.tool, s.arguments) for s in plan.steps] == [
         ("calculator", {"expression": "1250+370"})
     ]
+
+
+def test_hash_tool_leads_its_competitor_all_day() -> None:
+    demo("--invocations", "2000")
+    registry, ruleset = runtime.get_engine().registry, current_ruleset()
+    time_range, _ = parse_range({"range": "24h"}, timezone.now())
+    found = capability_evidence("Hashing", ruleset, registry, time_range)
+    assert {c.spec.name for c in found.candidates} == {"hash_tool", SHA256}
+    assert found.flips == [] and set(found.leaders) == {"hash_tool"}
+    assert Invocation.objects.for_tool(SHA256).count() > 10  # competing, with calls of its own
+    plan = plan_request("sha256 of 'INV-2026-0042'")
+    assert [(s.tool, s.fallback_tools) for s in plan.steps] == [("hash_tool", (SHA256,))]
+
+
+def test_the_demo_servers_sha256_really_runs() -> None:
+    demo("--invocations", "200")
+    result = runtime.get_engine().execute(ToolCall(SHA256, {"text": "hello"}))
+    assert result.success, result.text
+    assert result.data["structured"]["result"] == hashlib.sha256(b"hello").hexdigest()
 
 
 def calculator_incident_now(calls: int = 60) -> None:

@@ -1,4 +1,4 @@
-"""The evidence pages in Chromium on make run's demo: two tools compete, and the leader flips."""
+"""The evidence pages in Chromium on make run's demo: tools compete, and a leader flips."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def test_the_evidence_page_lists_two_candidates_and_the_leader_flips(
     row = staff_page.locator("#capabilities tr[data-capability=Summation]")
     assert row.locator("td").nth(2).locator("a").all_inner_texts() == ["calculator", ADD]
     assert row.locator(".badge.ok").count() == 1  # the leader now: the calculator, first
+    hashing = staff_page.locator("#capabilities tr[data-capability=Hashing] td").nth(2)
+    assert hashing.locator("a").all_inner_texts() == ["hash_tool", "mcp.demo.sha256"]
     row.locator("a", has_text="Summation").click()
     staff_page.wait_for_selector("#flips")
     flips = [

@@ -27,8 +27,9 @@ class Command(BaseCommand):
     help = (
         "Record realistic demo traces (LLM and tool calls, failures, spirals, planner "
         "fallbacks, MCP and workflow calls) over the last --days, then refresh the rollups. "
-        "Registers the project's demo MCP server, whose add tool competes with the "
-        "calculator for Summation and Arithmetic (--no-demo-server to skip)."
+        "Registers the project's demo MCP server, whose add and sha256 tools compete with "
+        "the calculator (Summation, Arithmetic) and hash_tool (Hashing); --no-demo-server "
+        "to skip."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -45,7 +46,7 @@ class Command(BaseCommand):
             action="store_false",
             dest="demo_server",
             help=f"Record the traces only: do not register MCP server {DEMO_SERVER!r} "
-            "(tools_app/mcp_demo_server.py) nor map its add tool to Summation and Arithmetic",
+            "(tools_app/mcp_demo_server.py) nor map its tools to capabilities",
         )
 
     def handle(
