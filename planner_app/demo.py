@@ -1,4 +1,4 @@
-"""The demo's competing tools: the project's own MCP server, registered, its add tool mapped.
+"""The demo's competing tools: the project's own MCP server, registered, its tools mapped.
 
 Built-in tools each serve their own capabilities, so without MCP servers the evidence
 pages have one candidate per capability and nothing to compare. `manage.py ares_demo`
@@ -26,6 +26,7 @@ from planner_app.pipeline.extraction import DEMO_ADD_TOOL, DEMO_SHA256_TOOL
 from tools_app.models import McpServer
 
 DEMO_SERVER = "demo"
+DEMO_MODULE = ["-m", "tools_app.mcp_demo_server"]
 # Tool -> the capabilities it competes for. add takes two integers: the planner's
 # extractor (extraction.extract_two_integer_sum) gives it only requests that are a + b;
 # sha256 only requests for SHA-256 (extract_sha256_text).
@@ -37,7 +38,9 @@ class DemoTools:
     """What register_demo_tools found and did."""
 
     server: McpServer
-    created: bool  # False: a server of that name was there already, left as it was
+    created: bool
+    updated: bool = False  # ours from an earlier run, now run as this one runs it
+    foreign: bool = False  # another server of that name, the operator's: left as it was
     mapped: list[str] = field(default_factory=list)  # "Summation -> mcp.demo.add", new ones
     missing: list[str] = field(default_factory=list)  # capabilities an operator deleted
 
@@ -50,7 +53,7 @@ def demo_server_fields() -> dict[str, object]:
         "transport": McpServer.Transport.STDIO,
         "command": sys.executable,
         # Only the tools that compete: the server's others (fail, sleep, pid...) are for tests.
-        "args": ["-m", "tools_app.mcp_demo_server", "--transport", "stdio", "--tools", served],
+        "args": [*DEMO_MODULE, "--transport", "stdio", "--tools", served],
         # The child imports tools_app from this checkout, whatever its working directory.
         "env": {"PYTHONPATH": str(settings.BASE_DIR)},
         "timeout_s": 20,
@@ -60,13 +63,21 @@ def demo_server_fields() -> dict[str, object]:
 def register_demo_tools() -> DemoTools:
     """Register the demo MCP server and its capability mappings, unless already there.
 
+    A server row of ours from an earlier run is brought up to date (another Python, more
+    tools); a server of that name that runs something else is the operator's, left alone.
     One transaction, so the planner records one rule-set version for the new mappings.
     """
+    fields = demo_server_fields()
     with transaction.atomic():
-        server, created = McpServer.objects.get_or_create(
-            name=DEMO_SERVER, defaults=demo_server_fields()
-        )
+        server, created = McpServer.objects.get_or_create(name=DEMO_SERVER, defaults=fields)
         found = DemoTools(server, created)
+        if not created and server.args[:2] != DEMO_MODULE:
+            found.foreign = True
+        elif not created and any(getattr(server, key) != value for key, value in fields.items()):
+            for key, value in fields.items():
+                setattr(server, key, value)
+            server.save()
+            found.updated = True
         for tool, capabilities in DEMO_MAPPINGS.items():
             for name in capabilities:
                 capability = Capability.objects.filter(name=name).first()

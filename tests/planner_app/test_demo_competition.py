@@ -70,9 +70,22 @@ def test_ares_demo_registers_the_demo_server_and_maps_its_tools_once() -> None:
     # The tools that compete, not the server's test tools (fail, sleep, pid, echo).
     assert answered.split("tools ")[1].split(", ") == ["add", "sha256"]
     again = demo("--invocations", "200")
-    assert "registered already" in again
+    assert "is registered already" in again
     assert CapabilityMapping.objects.filter(tool__startswith="mcp.demo.").count() == 3
     assert RuleSetVersion.objects.count() == versions + 1
+
+
+def test_ares_demo_brings_its_own_server_row_up_to_date_and_leaves_an_operators_alone() -> None:
+    McpServer.objects.create(name="demo", command="/old/venv/bin/python", args=[
+        "-m", "tools_app.mcp_demo_server", "--transport", "stdio", "--tools", "add",
+    ])  # fmt: skip
+    assert "Updated MCP server 'demo'" in demo("--invocations", "100")
+    ours = McpServer.objects.get(name="demo")
+    assert ours.command == sys.executable and ours.args[-1] == "add,sha256"
+    ours.delete()
+    theirs = McpServer.objects.create(name="demo", transport="http", url="http://10.0.0.9/mcp")
+    demo("--invocations", "100")
+    assert McpServer.objects.get(name="demo").url == theirs.url  # the operator's, untouched
 
 
 def test_without_the_demo_server_the_site_has_no_mcp_server_nor_mapping() -> None:

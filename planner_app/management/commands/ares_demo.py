@@ -98,12 +98,21 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Registered MCP server {DEMO_SERVER!r} (tools_app/mcp_demo_server.py)"
             )
+        elif found.updated:
+            self.stdout.write(f"Updated MCP server {DEMO_SERVER!r} to run as this demo runs it")
+        elif found.foreign:
+            self.stderr.write(
+                f"An MCP server named {DEMO_SERVER!r} runs something else: left as it is; "
+                "the demo's mappings name its tools"
+            )
         else:
-            self.stdout.write(f"MCP server {DEMO_SERVER!r} is registered already: left as it is")
+            self.stdout.write(f"MCP server {DEMO_SERVER!r} is registered already")
         for mapping in found.mapped:
             self.stdout.write(f"Mapped {mapping}")
         for name in found.missing:
             self.stderr.write(f"No capability {name!r} (deleted?): its demo mapping is left out")
+        if found.foreign:
+            return  # not ours to check
         try:
             tools = list_server_tools(found.server)
         except (ToolFailure, ValueError) as exc:
