@@ -26,6 +26,7 @@ _SPLIT = re.compile(
     f"{_SENTENCE_END}|{_ENUMERATION}|{_ENGLISH_MARKERS}|{_CHINESE_MARKERS}",
     re.IGNORECASE | re.MULTILINE,
 )
+_SENTENCE_SPLIT = re.compile(_SENTENCE_END)
 _AND = re.compile(r",?\s+\band\b\s+|[，,]\s*(?=\S)", re.IGNORECASE)
 _WORD = re.compile(r"\w+")
 # A clause of fewer words is a phrase ("salt and pepper"), not a step of its own.
@@ -44,6 +45,19 @@ def split_steps(request: str) -> list[str]:
     if len(steps) > MAX_STEPS:  # a long text: keep the first steps, the rest as one
         steps = [*steps[: MAX_STEPS - 1], " ".join(steps[MAX_STEPS - 1 :])]
     return steps
+
+
+def split_sentences(request: str, limit: int = 8) -> list[str]:
+    """Return the request's sentences (at most `limit`; the rest joined to the last one).
+
+    The semantic signal compares each sentence with the tools as well as the whole
+    request: a request's one sentence that names a tool is diluted in the average of
+    its words, and its best sentence is not.
+    """
+    sentences = [part.strip() for part in _SENTENCE_SPLIT.split(request) if _WORD.search(part)]
+    if len(sentences) > limit:
+        sentences = [*sentences[: limit - 1], " ".join(sentences[limit - 1 :])]
+    return sentences or [request.strip()]
 
 
 def _split_clauses(part: str) -> list[str]:

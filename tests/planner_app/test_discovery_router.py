@@ -19,11 +19,17 @@ from planner_app.discovery import (
 )
 from planner_app.discovery.backends import (
     BackendUnavailable,
+    Bm25Backend,
     EmbeddingBackend,
     TfidfBackend,
     make_backend,
 )
-from planner_app.discovery.router import DEFAULT_MIN_SCORE, reciprocal_rank_fusion
+from planner_app.discovery.router import (
+    DEFAULT_MIN_SCORE,
+    Fusion,
+    reciprocal_rank_fusion,
+    zscore_fusion,
+)
 from planner_app.discovery.text import analyze, analyze_with_pairs, stem
 
 CATALOGUE = (
@@ -330,6 +336,56 @@ def test_reciprocal_rank_fusion_sums_the_inverse_ranks_and_skips_zero_scores() -
     assert fused == pytest.approx([1 / 61 + 1 / 63, 1 / 61, 1 / 62 + 1 / 62])
 
 
+def test_zscore_fusion_sums_the_weighted_standard_scores_through_the_logistic() -> None:
+    lexical = np.array([0.9, 0.0, 0.3, 0.0])
+    semantic = np.array([0.1, 0.7, 0.4, 0.0])
+    fused = zscore_fusion(lexical, semantic, weights=[1.0, 2.0])
+    standard = [(x - x.mean()) / x.std() for x in (lexical, semantic)]
+    total = standard[0] + 2.0 * standard[1]
+    assert fused[:3] == pytest.approx(1 / (1 + np.exp(-total[:3])))
+    assert fused[3] == 0.0  # no signal finds anything in it: no match
+
+
+def test_zscore_fusion_ignores_a_signal_that_scores_everything_alike() -> None:
+    lexical = np.array([0.2, 0.6, 0.4])
+    fused = zscore_fusion(lexical, np.full(3, 0.5))
+    assert fused == pytest.approx(zscore_fusion(lexical, np.zeros(3)))
+    assert list(np.argsort(-fused)) == [1, 2, 0]
+
+
+def test_bm25_favours_the_shorter_document_and_the_rarer_term() -> None:
+    documents = [
+        "weather forecast",
+        "weather forecast of a city with wind rain snow sun and clouds",
+        "weather report",
+    ]
+    encoder = Bm25Backend().fit(documents)
+    scores = (encoder.encode(documents) @ encoder.encode_queries(["forecast"]).T).toarray()
+    assert scores[0, 0] > scores[1, 0] > 0 == scores[2, 0]
+    both = (encoder.encode(documents) @ encoder.encode_queries(["weather weather"]).T).toarray()
+    assert both[0, 0] < scores[0, 0]  # "weather" is in every document, and counted once
+
+
+def test_flat_search_without_bm25_scores_by_tfidf_alone() -> None:
+    plain = ToolRouter(CATALOGUE, RouterSettings(bm25_weight=0.0, min_score=0.0))
+    for match in plain.search_flat("list the events of a calendar").matches:
+        assert match.score == pytest.approx(match.tool_score)
+
+
+def test_flat_search_fuses_tfidf_and_bm25_by_default(router: ToolRouter) -> None:
+    matches = router.search_flat("list the events of a calendar").matches
+    assert matches[0].tool == "listEvents"
+    assert all(0 < match.score < 1 for match in matches)
+    assert [m.score for m in matches] == sorted((m.score for m in matches), reverse=True)
+
+
+def test_it_fuses_by_reciprocal_rank_when_asked() -> None:
+    rrf = ToolRouter(CATALOGUE, RouterSettings(fusion="rrf", min_score=0.0))
+    matches = rrf.search_flat("list the events of a calendar").matches
+    assert matches[0].tool == "listEvents"
+    assert matches[0].score <= 1 / 61 + 0.5 / 61  # the best rank in both signals at most
+
+
 def test_it_ranks_by_the_product_of_scores_when_asked() -> None:
     product = ToolRouter(CATALOGUE, RouterSettings(combination="product"))
     matches = product.search("delete an event", server="calendar").matches
@@ -422,6 +478,9 @@ def test_settings_default_to_the_issue_values() -> None:
     settings = RouterSettings()
     assert (settings.server_weight, settings.tool_weight) == (0.3, 0.7)
     assert (settings.top_servers, settings.top_tools) == (3, 5)
+    assert settings.fusion == Fusion.ZSCORE
+    assert (settings.bm25_weight, settings.semantic_weight) == (0.5, 1.4)
+    assert settings.semantic_sentences
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.top_tools = 10  # type: ignore[misc]
 
@@ -436,6 +495,8 @@ def test_settings_default_to_the_issue_values() -> None:
         {"server_threshold": 1.5},
         {"min_score": -0.1},
         {"combination": "sum"},
+        {"fusion": "mean"},
+        {"bm25_weight": -1.0},
         {"server_scoring": "min"},
         {"cache_size": -1},
     ],

@@ -3,6 +3,7 @@ site without the package."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
@@ -17,6 +18,7 @@ from planner_app.discovery.backends import (
     semantic_available,
 )
 from planner_app.discovery.registry import get_router, semantic_setting
+from planner_app.discovery.router import flat_document
 from tests.planner_app.test_discovery_router import CATALOGUE
 
 needs_wordllama = pytest.mark.skipif(not semantic_available(), reason="wordllama not installed")
@@ -125,3 +127,34 @@ def test_the_semantic_setting_comes_from_the_environment_and_refuses_others(
     assert semantic_setting(None) == "auto"
     with pytest.raises(ImproperlyConfigured, match="ARES_ROUTER_SEMANTIC='bert'"):
         semantic_setting("bert")
+
+
+@needs_wordllama
+def test_the_semantic_score_is_the_mean_of_the_whole_request_and_its_closest_sentence() -> None:
+    request = "I am planning a trip to Norway next week. Will it rain in Oslo tomorrow?"
+    router = ToolRouter(CATALOGUE, RouterSettings(min_score=0.0), semantic=WordLlamaBackend())
+    best = router.search_flat(request).matches[0]
+    assert best.tool == "get_forecast"
+    encoder = WordLlamaBackend().fit([])
+    tool = next(s for s in CATALOGUE if s.name == "weather").tools[0]
+    rows = encoder.encode([flat_document(CATALOGUE[0], tool)])
+    whole, first, second = (
+        encoder.encode_queries(
+            [request, "I am planning a trip to Norway next week.", "Will it rain in Oslo tomorrow?"]
+        )
+        @ rows[0]
+    )
+    assert best.semantic_score == pytest.approx(0.5 * whole + 0.5 * max(first, second), abs=1e-5)
+
+
+@needs_wordllama
+def test_the_semantic_score_of_a_one_sentence_request_is_its_similarity() -> None:
+    ungated = RouterSettings(min_score=0.0)
+    sentences = ToolRouter(CATALOGUE, ungated, semantic=WordLlamaBackend())
+    whole = ToolRouter(
+        CATALOGUE,
+        dataclasses.replace(ungated, semantic_sentences=False),
+        semantic=WordLlamaBackend(),
+    )
+    request = "will it rain in Oslo tomorrow"
+    assert sentences.search_flat(request).matches == whole.search_flat(request).matches

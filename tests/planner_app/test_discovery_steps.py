@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner_app.discovery import RouteMode, RouterSettings, ToolRouter
-from planner_app.discovery.steps import split_steps
+from planner_app.discovery.steps import split_sentences, split_steps
 from tests.planner_app.test_discovery_router import CATALOGUE
 
 
@@ -73,3 +73,24 @@ def test_a_request_of_one_step_is_routed_whole() -> None:
     router = ToolRouter(CATALOGUE, RouterSettings(per_step=True))
     assert router.route("delete an event").steps == ()
     assert router.route("delete an event") == router.search_flat("delete an event")
+
+
+@pytest.mark.parametrize(
+    ("request_text", "sentences"),
+    [
+        ("what is the weather in Paris", ["what is the weather in Paris"]),
+        (
+            "I run a shop. Find the price of Apple stock? Then email me.",
+            ["I run a shop.", "Find the price of Apple stock?", "Then email me."],
+        ),
+        ("查询北京的天气。把结果翻译成英文！", ["查询北京的天气", "把结果翻译成英文"]),
+        ("version 2.0 is out", ["version 2.0 is out"]),  # no space after the dot
+    ],
+)
+def test_it_splits_a_request_into_its_sentences(request_text: str, sentences: list[str]) -> None:
+    assert split_sentences(request_text) == sentences
+
+
+def test_it_joins_the_sentences_past_the_limit_into_the_last() -> None:
+    request = "One a. Two b. Three c. Four d."
+    assert split_sentences(request, limit=3) == ["One a.", "Two b.", "Three c. Four d."]
