@@ -253,6 +253,8 @@ ARES_ROUTER_CACHE_SIZE = env_int("ARES_ROUTER_CACHE_SIZE", 256, minimum=0)
 ARES_ROUTER_SEARCH = env_choice("ARES_ROUTER_SEARCH", "flat", ("flat", "two_stage"))
 ARES_ROUTER_PER_STEP = env_choice("ARES_ROUTER_PER_STEP", "false", ("true", "false"))
 ARES_ROUTER_SEMANTIC = env_choice("ARES_ROUTER_SEMANTIC", "auto", ("auto", "wordllama", "off"))
+# How the signals (TF-IDF, BM25, wordllama) are fused: z-scores summed, or reciprocal ranks.
+ARES_ROUTER_FUSION = env_choice("ARES_ROUTER_FUSION", "zscore", ("zscore", "rrf"))
 ARES_ROUTER_BACKEND = env_choice("ARES_ROUTER_BACKEND", "tfidf", ("tfidf", "embeddings"))
 ARES_ROUTER_EMBEDDING_MODEL = env_str("ARES_ROUTER_EMBEDDING_MODEL")
 if ARES_ROUTER_BACKEND == "embeddings" and not ARES_ROUTER_EMBEDDING_MODEL:

@@ -406,7 +406,7 @@ def methods() -> list[Method]:
     """
     rrf = {"fusion": Fusion.RRF, "bm25_weight": 0.0, "sentences": False}
     listed = [
-        Method("baseline: plain TF-IDF, flat", True, PlainTfidfBackend),
+        Method("baseline: plain TF-IDF, flat", True, PlainTfidfBackend, bm25_weight=0.0),
         Method("flat, TF-IDF alone", True, bm25_weight=0.0),
         Method("flat, TF-IDF + BM25 (z-scores 1 / 0.5): the default without wordllama", True),
         Method("two-stage", False),

@@ -183,6 +183,12 @@ def site_router_config() -> SiteRouterConfig:
             "false",
         )
         == "true",
+        fusion=_choice_setting(
+            "ARES_ROUTER_FUSION",
+            getattr(settings, "ARES_ROUTER_FUSION", None),
+            ("zscore", "rrf"),
+            "zscore",
+        ),
     )
     return SiteRouterConfig(
         router_settings,

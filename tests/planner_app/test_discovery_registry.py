@@ -156,3 +156,15 @@ def test_the_sites_router_searches_flat_unless_told_otherwise(settings: Any) -> 
     settings.ARES_ROUTER_SEARCH = "sideways"
     with pytest.raises(ImproperlyConfigured, match="ARES_ROUTER_SEARCH='sideways'"):
         get_router()
+
+
+@pytest.mark.django_db
+def test_the_sites_router_fuses_by_z_scores_unless_told_otherwise(settings: Any) -> None:
+    assert get_router().settings.fusion == "zscore"
+    settings.ARES_ROUTER_FUSION = "rrf"
+    router = get_router()
+    assert router.settings.fusion == "rrf"
+    assert router.search("hash a text with sha256").tool_names[0] == "hash_tool"
+    settings.ARES_ROUTER_FUSION = "median"
+    with pytest.raises(ImproperlyConfigured, match="ARES_ROUTER_FUSION='median'"):
+        get_router()
