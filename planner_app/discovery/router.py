@@ -393,6 +393,7 @@ class ToolRouter:
         self._server_sizes = np.array([len(server.tools) for server in self.servers])
         self.cache = RoutingCache(self.settings.cache_size)
         self._semantic: _Index | None = None
+        self._bm25: Encoder | None = None  # flat search's second lexical signal
         self._bm25_rows: Any = None
         if not self._tools:
             return
@@ -403,7 +404,7 @@ class ToolRouter:
         scoring = self.settings.server_scoring
         encoder = self.backend.fit(tool_docs + own_docs)
         self._lexical = _Index(encoder, self.servers, self._tools, scoring)
-        if self.settings.bm25_weight > 0:  # flat search's second lexical signal
+        if self.settings.bm25_weight > 0:
             self._bm25 = Bm25Backend().fit(tool_docs + own_docs)
             self._bm25_rows = self._bm25.encode([flat_document(s, t) for s, t in self._tools])
         if semantic is not None:
@@ -525,12 +526,12 @@ class ToolRouter:
         query = self._lexical.encoder.encode_queries([text])
         lexical = similarities(self._lexical.flat_rows, query)
         signals = [(lexical, 1.0)]
-        if self._bm25_rows is not None:
+        if self._bm25 is not None:
             bm25 = similarities(self._bm25_rows, self._bm25.encode_queries([text]))
             signals.append((bm25, self.settings.bm25_weight))
         semantic = None
         if self._semantic is not None:
-            semantic = self._semantic_flat(text)
+            semantic = self._semantic_flat(self._semantic, text)
             signals.append((semantic, self.settings.semantic_weight))
         scores = lexical if len(signals) == 1 else self._fuse_all(signals)
         everything = np.arange(len(self._tools))
@@ -538,16 +539,14 @@ class ToolRouter:
         matches = self._best(everything, scores, no_server_scores, lexical, semantic, limit)
         return Routing(mode, matches)
 
-    def _semantic_flat(self, text: str) -> np.ndarray:
+    def _semantic_flat(self, index: _Index, text: str) -> np.ndarray:
         """Return every tool's embedding similarity to the request: with semantic_sentences,
         the mean of its similarity to the whole request and to the closest sentence."""
-        assert self._semantic is not None
         sentences = split_sentences(text) if self.settings.semantic_sentences else []
         if len(sentences) <= 1:
-            query = self._semantic.encoder.encode_queries([text])
-            return similarities(self._semantic.flat_rows, query)
-        rows = np.asarray(self._semantic.encoder.encode_queries([text, *sentences]))
-        each = np.stack([similarities(self._semantic.flat_rows, row) for row in rows])
+            return similarities(index.flat_rows, index.encoder.encode_queries([text]))
+        rows = np.asarray(index.encoder.encode_queries([text, *sentences]))
+        each = np.stack([similarities(index.flat_rows, row) for row in rows])
         return 0.5 * each[0] + 0.5 * each[1:].max(axis=0)
 
     def _fits(
