@@ -3,12 +3,15 @@
 The JSON forms are the benchmark's exchange format (bench/README.md):
 
     catalogue: {"servers": [{"name": "...", "description": "...",
-                             "tools": [{"name": "...", "description": "..."}]}]}
+                             "tools": [{"name": "...", "description": "...",
+                                        "keywords": ["..."],
+                                        "parameters": {"name": "description"}}]}]}
     queries:   {"queries": [{"id": "...", "query": "...",
                              "tool_request": {"server": "...", "tool": "..."},
                              "expected": [{"server": "...", "tool": "..."}]}]}
 
-`description` may be empty or missing; an expected tool without "server" matches a tool
+`description`, `keywords` and `parameters` (each parameter's name and description) may
+be left out or empty; an expected tool without "server" matches a tool
 of that name on any server. `tool_request` (optional) is what an agent in active mode
 would write for the query in its <tool_request> block.
 """
@@ -29,7 +32,8 @@ class CatalogueError(ValueError):
 class Tool:
     name: str
     description: str = ""
-    keywords: tuple[str, ...] = ()  # extra matching words: capabilities, parameter names
+    keywords: tuple[str, ...] = ()  # extra matching words: capabilities, synonyms
+    parameters: tuple[tuple[str, str], ...] = ()  # (name, description) of each parameter
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,17 @@ def _keywords(item: dict[str, Any], where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _parameters(item: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    value = item.get("parameters", {})
+    if not isinstance(value, dict) or not all(
+        isinstance(description, str) for description in value.values()
+    ):
+        raise CatalogueError(
+            f"{where}: 'parameters' must be an object of parameter names to descriptions"
+        )
+    return tuple(value.items())
+
+
 def catalogue_from_dict(data: Any) -> tuple[Server, ...]:
     """Return the servers of a catalogue in the JSON format; raise CatalogueError if invalid."""
     if not isinstance(data, dict):
@@ -98,6 +113,7 @@ def catalogue_from_dict(data: Any) -> tuple[Server, ...]:
                 name=_text(tool, "name", f"{where}.tools[{j}]"),
                 description=_text(tool, "description", f"{where}.tools[{j}]", required=False),
                 keywords=_keywords(tool, f"{where}.tools[{j}]"),
+                parameters=_parameters(tool, f"{where}.tools[{j}]"),
             )
             for j, tool in enumerate(_list(item, "tools", where))
         )
@@ -113,6 +129,8 @@ def catalogue_to_dict(servers: tuple[Server, ...] | list[Server]) -> dict[str, A
         entry: dict[str, Any] = {"name": tool.name, "description": tool.description}
         if tool.keywords:
             entry["keywords"] = list(tool.keywords)
+        if tool.parameters:
+            entry["parameters"] = dict(tool.parameters)
         return entry
 
     return {

@@ -77,10 +77,15 @@ def catalogue_from_specs(specs: list[ToolSpec]) -> list[Server]:
     for spec in specs:
         if not spec.enabled:
             continue
-        parameters = spec.parameters.get("properties", {})
+        properties = spec.parameters.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        parameters = tuple(
+            (name, str(schema.get("description", "")) if isinstance(schema, dict) else "")
+            for name, schema in properties.items()
+        )
         keywords = BUILTIN_KEYWORDS.get(spec.name, ()) if spec.ran_on == "builtin" else ()
-        keywords += tuple(spec.capabilities) + tuple(parameters)
-        groups[server_of(spec)].append(Tool(spec.name, spec.description, keywords))
+        keywords += tuple(spec.capabilities)
+        groups[server_of(spec)].append(Tool(spec.name, spec.description, keywords, parameters))
     return [
         Server(name=name, description=description, tools=tuple(tools))
         for (name, description), tools in sorted(groups.items())

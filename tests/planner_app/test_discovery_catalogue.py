@@ -25,6 +25,10 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "discovery"
 def test_it_loads_a_catalogue_file() -> None:
     servers = load_catalogue(DATA / "catalogue.json")
     assert [server.name for server in servers] == ["weather", "calendar"]
+    assert servers[0].tools[0].parameters == (
+        ("city", "The city's name, e.g. Oslo"),
+        ("days", "How many days ahead, 1 to 7"),
+    )
     assert servers[0].tools[1] == Tool(
         "get_alerts", "Storm and heat warnings for a region", ("region",)
     )
@@ -76,6 +80,14 @@ def test_it_writes_what_it_reads() -> None:
         ({"servers": [{"name": "w"}]}, "'tools' must be a list"),
         ({"servers": [{"name": "w", "tools": [{"description": "x"}]}]}, r"tools\[0\]: 'name'"),
         ({"servers": [{"name": "w", "tools": [{"name": "t", "keywords": "x"}]}]}, "keywords"),
+        (
+            {"servers": [{"name": "w", "tools": [{"name": "t", "parameters": ["city"]}]}]},
+            r"tools\[0\]: 'parameters' must be an object",
+        ),
+        (
+            {"servers": [{"name": "w", "tools": [{"name": "t", "parameters": {"city": 1}}]}]},
+            "parameter names to descriptions",
+        ),
     ],
 )
 def test_it_refuses_a_malformed_catalogue(data: Any, message: str) -> None:

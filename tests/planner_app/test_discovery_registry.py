@@ -46,10 +46,14 @@ def test_it_groups_enabled_built_ins_by_category_and_mcp_tools_by_server() -> No
     assert sorted(name for tools in servers.values() for name in tools) == enabled
 
 
-def test_it_matches_a_tools_capabilities_and_parameter_names() -> None:
+def test_it_matches_a_tools_capabilities_and_parameters() -> None:
     [math] = [s for s in catalogue_from_specs(runtime.builtin_specs()) if s.name == "builtin:math"]
-    assert "NumberTheory" in math.tools[0].keywords
-    assert "expression" in math.tools[0].keywords
+    [calculator] = math.tools
+    assert "NumberTheory" in calculator.keywords
+    parameters = dict(calculator.parameters)
+    assert list(parameters) == ["expression"]
+    [spec] = [spec for spec in runtime.builtin_specs() if spec.name == "calculator"]
+    assert parameters["expression"] == spec.parameters["properties"]["expression"]["description"]
 
 
 def test_it_finds_built_in_tools(registry: ToolRegistry) -> None:

@@ -26,7 +26,9 @@ from planner_app.discovery.backends import (
 )
 from planner_app.discovery.router import (
     DEFAULT_MIN_SCORE,
+    PARAMETER_WORDS,
     Fusion,
+    parameter_words,
     reciprocal_rank_fusion,
     zscore_fusion,
 )
@@ -248,6 +250,41 @@ def test_it_matches_chinese_text_without_spaces(router: ToolRouter) -> None:
     assert routing.matches[0].tool == "查询空气质量"
 
 
+def test_it_finds_a_tool_by_what_its_parameters_describe() -> None:
+    servers = (
+        Server(
+            "files",
+            "",
+            (
+                Tool("read", "Read a file.", parameters=(("path", "Where the file lies"),)),
+                Tool(
+                    "convert",
+                    "Convert a file.",
+                    parameters=(("format", "The target format: PDF, DOCX or ODT"),),
+                ),
+            ),
+        ),
+    )
+    router = ToolRouter(servers, RouterSettings(top_tools=1))
+    assert [m.tool for m in router.search("turn my file into a PDF").matches] == ["convert"]
+    assert [m.tool for m in router.search("the file at this path").matches] == ["read"]
+
+
+def test_a_tools_parameter_words_are_its_names_then_the_first_distinct_description_words() -> None:
+    tool = Tool(
+        "t",
+        parameters=(
+            ("owner", "The owner of the repository"),
+            ("repo", "The name of the Repository, e.g. 'ares' (default: 10)"),
+        ),
+    )
+    assert parameter_words(tool).split() == [
+        "owner", "repo", "the", "owner", "of", "repository", "name", "ares", "default",
+    ]  # fmt: skip
+    many = " ".join(f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(99))
+    assert len(parameter_words(Tool("t", parameters=(("q", many),))).split()) == 1 + PARAMETER_WORDS
+
+
 def test_it_falls_back_to_flat_search_when_no_server_matches() -> None:
     strict = ToolRouter(CATALOGUE, RouterSettings(server_threshold=0.99))
     routing = strict.search("weather forecast")
@@ -315,7 +352,7 @@ def test_it_returns_nothing_when_no_tool_reaches_the_gate(router: ToolRouter) ->
 
 
 def test_the_gate_defaults_to_its_calibrated_value() -> None:
-    assert RouterSettings().min_score == DEFAULT_MIN_SCORE == 0.15
+    assert RouterSettings().min_score == DEFAULT_MIN_SCORE == 0.12
     assert RouterSettings(combination="product").min_score == DEFAULT_MIN_SCORE
 
 
