@@ -112,7 +112,10 @@ def stabletoolbench(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                     {
                         "name": api["api_name"],
                         "description": api["api_description"] or "",
-                        "keywords": [parameter["name"] for parameter in parameters],
+                        "parameters": {
+                            parameter["name"]: parameter.get("description") or ""
+                            for parameter in parameters
+                        },
                     },
                 )
             expected = [{"server": s, "tool": t} for s, t in item["relevant APIs"]]
@@ -180,7 +183,10 @@ def _bfcl_tool(function: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": function["name"],
         "description": function["description"],
-        "keywords": list(properties),
+        "parameters": {
+            name: (schema.get("description") or "") if isinstance(schema, dict) else ""
+            for name, schema in properties.items()
+        },
     }
 
 
@@ -338,14 +344,16 @@ def by_tool_request(search: Callable[..., Routing]) -> Callable[[BenchQuery], Ro
 def schema_tokens(servers: Sequence[Server]) -> dict[str, int]:
     """Return each tool's estimated schema tokens: its OpenAI definition, 4 characters a token.
 
-    The catalogue format has no parameter schemas, so a tool's keywords stand in for its
-    parameters, each a string: close for MCP tools (their keywords are their parameter
-    names), a little high for built-ins (whose keywords add capabilities).
+    The catalogue format has no parameter schemas: each parameter counts as a string with
+    its description.
     """
     tokens = {}
     for server in servers:
         for tool in server.tools:
-            properties = {keyword: {"type": "string"} for keyword in tool.keywords}
+            properties = {
+                name: {"type": "string", "description": text} if text else {"type": "string"}
+                for name, text in tool.parameters
+            }
             definition = {
                 "type": "function",
                 "function": {
