@@ -89,6 +89,10 @@ STB_FILES = [
 ]
 # The categories whose questions come with several functions, one or more of them right.
 BFCL_CATEGORIES = ["multiple", "parallel_multiple", "live_multiple"]
+# BFCL's categories of one function per question, never tuned on: "bfcl-unseen" keeps only
+# their functions that BFCL_CATEGORIES do not have, and the questions that expect them.
+BFCL_UNSEEN_CATEGORIES = ["simple_python", "live_simple", "parallel"]
+NEVER_TUNED = {"bfcl-unseen"}  # only tested on: the selection never picks by it
 
 
 def stabletoolbench(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -138,7 +142,9 @@ def _user_text(question: list[list[dict[str, str]]]) -> str:
     return " ".join(turn["content"] for turn in question[0] if turn["role"] == "user")
 
 
-def bfcl(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def bfcl(
+    folder: Path, categories: Sequence[str] = BFCL_CATEGORIES
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return BFCL's answered categories as (catalogue, queries) in the bench format.
 
     The functions offered together with a question form a server: each function joins the
@@ -150,7 +156,7 @@ def bfcl(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     servers: dict[str, dict[str, Any]] = {}
     placed: set[str] = set()
     queries = []
-    for category in BFCL_CATEGORIES:
+    for category in categories:
         answers = {
             a["id"]: a for a in _jsonl(folder / "possible_answer" / f"BFCL_v4_{category}.json")
         }
@@ -176,6 +182,21 @@ def bfcl(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                 }
             )
     return {"servers": list(servers.values())}, {"queries": queries}
+
+
+def bfcl_unseen(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return a catalogue no choice was tuned on: BFCL's one-function categories' functions
+    that the "bfcl" set lacks (by name), and the questions expecting only those."""
+    tuned = {tool["name"] for server in bfcl(folder)[0]["servers"] for tool in server["tools"]}
+    catalogue, queries = bfcl(folder, BFCL_UNSEEN_CATEGORIES)
+    servers = []
+    for server in catalogue["servers"]:
+        tools = [tool for tool in server["tools"] if tool["name"] not in tuned]
+        if tools:
+            servers.append({**server, "tools": tools})
+    kept = {tool["name"] for server in servers for tool in server["tools"]}
+    unseen = [q for q in queries["queries"] if {e["tool"] for e in q["expected"]} <= kept]
+    return {"servers": servers}, {"queries": unseen}
 
 
 def _bfcl_tool(function: dict[str, Any]) -> dict[str, Any]:
@@ -216,6 +237,7 @@ def stabletoolbench_servers(data: Path) -> list[Server]:
 DATASETS: dict[str, Callable[[Path], tuple[dict[str, Any], dict[str, Any]]]] = {
     "stabletoolbench": lambda data: stabletoolbench(data / "stabletoolbench"),
     "bfcl": lambda data: bfcl(data / "bfcl"),
+    "bfcl-unseen": lambda data: bfcl_unseen(data / "bfcl"),
 }
 
 
@@ -707,7 +729,8 @@ def print_selection(results: list[Result]) -> None:
         "| gate: right answers kept | gate precision | misses cut |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    choices = [[name] for name in datasets] + ([datasets] if len(datasets) > 1 else [])
+    tunable = [name for name in datasets if name not in NEVER_TUNED]
+    choices = [[name] for name in tunable] + ([tunable] if len(tunable) > 1 else [])
     for tuned in choices:
         pick = chosen(results, tuned)
         gate = calibrate_on(results, pick, tuned)
@@ -862,7 +885,9 @@ def main() -> None:
         results += evaluate(
             args.catalogue.name, catalogue, load_queries(args.queries), settings, compared
         )
-    for name in args.dataset or ([] if args.catalogue else ["stabletoolbench", "bfcl", "site"]):
+    for name in args.dataset or (
+        [] if args.catalogue else ["stabletoolbench", "bfcl", "bfcl-unseen", "site"]
+    ):
         if name == "site":
             run_site(SITE_DATA, settings, stabletoolbench_servers(args.data))
             continue
