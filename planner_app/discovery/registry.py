@@ -177,20 +177,20 @@ def site_router_config() -> SiteRouterConfig:
         cache_size=settings.ARES_ROUTER_CACHE_SIZE,
         search=_choice_setting(
             "ARES_ROUTER_SEARCH",
-            getattr(settings, "ARES_ROUTER_SEARCH", None),
+            settings.ARES_ROUTER_SEARCH,
             ("flat", "two_stage"),
             "flat",
         ),
         per_step=_choice_setting(
             "ARES_ROUTER_PER_STEP",
-            getattr(settings, "ARES_ROUTER_PER_STEP", None),
+            settings.ARES_ROUTER_PER_STEP,
             ("true", "false"),
             "false",
         )
         == "true",
         fusion=_choice_setting(
             "ARES_ROUTER_FUSION",
-            getattr(settings, "ARES_ROUTER_FUSION", None),
+            settings.ARES_ROUTER_FUSION,
             ("zscore", "rrf"),
             "zscore",
         ),
@@ -199,7 +199,7 @@ def site_router_config() -> SiteRouterConfig:
         router_settings,
         settings.ARES_ROUTER_BACKEND,
         settings.ARES_ROUTER_EMBEDDING_MODEL,
-        semantic_setting(getattr(settings, "ARES_ROUTER_SEMANTIC", None)),
+        semantic_setting(settings.ARES_ROUTER_SEMANTIC),
     )
 
 
@@ -214,8 +214,11 @@ def semantic_setting(value: str | None) -> str:
 
 
 def _choice_setting(name: str, value: str | None, choices: tuple[str, ...], default: str) -> str:
-    """Return Django's value of a setting, else the environment's, else the default."""
-    # settings.py declares them; the environment serves callers outside Django's settings.
+    """Return a setting's value (None: the environment's), else the default, checked.
+
+    settings.py declares and checks these when the site starts; checked again here, since
+    a value set later (a test, an override) has not been.
+    """
     value = value if value is not None else os.environ.get(name, "")
     value = value.strip().lower() or default
     if value not in choices:

@@ -42,9 +42,7 @@ def split_steps(request: str) -> list[str]:
     steps = [step for step in steps if _WORD.search(step)]
     if len(steps) <= 1:
         return [request.strip()]
-    if len(steps) > MAX_STEPS:  # a long text: keep the first steps, the rest as one
-        steps = [*steps[: MAX_STEPS - 1], " ".join(steps[MAX_STEPS - 1 :])]
-    return steps
+    return _at_most(steps, MAX_STEPS)  # a long text: the first steps, the rest as one
 
 
 def split_sentences(request: str, limit: int = 8) -> list[str]:
@@ -55,9 +53,14 @@ def split_sentences(request: str, limit: int = 8) -> list[str]:
     its words, and its best sentence is not.
     """
     sentences = [part.strip() for part in _SENTENCE_SPLIT.split(request) if _WORD.search(part)]
-    if len(sentences) > limit:
-        sentences = [*sentences[: limit - 1], " ".join(sentences[limit - 1 :])]
-    return sentences or [request.strip()]
+    return _at_most(sentences, limit) or [request.strip()]
+
+
+def _at_most(parts: list[str], limit: int) -> list[str]:
+    """Return the parts, the ones beyond the first limit - 1 joined into the last."""
+    if len(parts) <= limit:
+        return parts
+    return [*parts[: limit - 1], " ".join(parts[limit - 1 :])]
 
 
 def _split_clauses(part: str) -> list[str]:
