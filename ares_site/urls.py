@@ -21,6 +21,7 @@ urlpatterns = [
     path("planner/", include("planner_app.urls")),
     path("sandbox/", planner_views.sandbox_page, name="sandbox"),
     path("sandbox/run", planner_views.sandbox_run, name="sandbox-run"),
+    path("sandbox/stop", planner_views.sandbox_stop, name="sandbox-stop"),
     path("scores/new", score_views.add_score, name="score-add"),
     path("", include("traces_app.urls")),
     path("", include("planner_app.dashboard_urls")),

@@ -60,7 +60,7 @@ def execute(
     if tool:
         if tool in engine.registry:
             result = engine.execute(ToolCall(tool, arguments, call_id), context)
-            if result.success or not fallback or not request.strip():
+            if result.success or not fallback or not request.strip() or context.stopped:
                 return BridgeResult("direct", [result])
             outcome = _run_plan(request, context, path="fallback", exclude=result.tool)
             outcome.results.insert(0, result)
@@ -70,7 +70,7 @@ def execute(
             return outcome
         # Record the model's miss as its own not_found span before planning.
         missed = engine.execute(ToolCall(tool, arguments, call_id), context)
-        if not request.strip():
+        if not request.strip() or context.stopped:
             return BridgeResult("direct", [missed])
         outcome = _run_plan(request, context, path="planner", call_id=call_id)
         outcome.warnings.insert(0, f"no tool named {tool!r}; planned from the request instead")

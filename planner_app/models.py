@@ -256,6 +256,7 @@ class WorkflowRun(models.Model):
         SUCCESS = "success"
         PARTIAL_FAILURE = "partial_failure"
         FAILED = "failed"
+        CANCELLED = "cancelled"  # stopped by its caller before it finished
 
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -356,3 +357,19 @@ class Agent(models.Model):
     def resolved_api_key(self) -> str:
         """Return the API key its ${NAME} reference points at ("" when unset)."""
         return _ENV_REFERENCE.sub(lambda m: os.environ.get(m.group(1), ""), self.api_key)
+
+
+class SandboxStop(models.Model):
+    """An operator's request to stop a running sandbox task.
+
+    A row, not a flag in memory: the stop request may reach any web process, while only
+    the one streaming the task runs it; that process looks for the row twice a second
+    and deletes it when the stream ends.
+    """
+
+    trace_id = models.CharField(max_length=32, unique=True)
+    requested_by = models.CharField(max_length=150, blank=True)
+    requested_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"stop {self.trace_id}"

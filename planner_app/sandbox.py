@@ -8,6 +8,12 @@ The task runs in a thread of the same process that feeds a queue, and the respon
 the queue until the task ends or ARES_SANDBOX_TIMEOUT_S passes. One request, no state
 between requests: it works under runserver and gunicorn's sync workers alike, with any
 number of processes. A failure in the task becomes an `error` event, never a 500.
+
+Stopping: the first event (`accepted`) gives the task's trace id; a POST to /sandbox/stop
+with it stores a SandboxStop row, which may land in any process. The streaming process
+looks for the row every STOP_POLL_S and sets the task's stop event (a `stopping` event
+says so); the task then ends "cancelled". A page that goes away (the stream closed) stops
+its task the same way.
 """
 
 from __future__ import annotations
@@ -18,19 +24,23 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.urls import reverse
+from django.utils import timezone
 
 from planner_app.agents.loop import LoopEvent
 from planner_app.agents.sandbox import SandboxTask, run_sandbox_task
+from planner_app.models import SandboxStop
 from tools_app.registry import ToolRegistry
 from tools_app.runtime import get_engine
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_S = 10.0
+HEARTBEAT_S = 2.0  # also how soon a closed page is noticed: a write to it fails
+STOP_POLL_S = 0.5
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -41,22 +51,68 @@ def stream_events(task: SandboxTask, timeout_s: float) -> Iterator[str]:
     worker = threading.Thread(
         target=_run_into, args=(task, events.put), name=f"sandbox-{task.trace_id[:8]}", daemon=True
     )
+    accepted = {"type": "accepted", "trace_id": task.trace_id, "session_id": task.session_id}
+    yield sse_frame(with_links(accepted))
     worker.start()
-    deadline = time.monotonic() + timeout_s
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            event = events.get(timeout=min(left, HEARTBEAT_S))
-        except queue.Empty:
-            yield ": still working\n\n"  # a comment line: keeps proxies from closing the stream
-            continue
-        if event is None:
-            return
-        yield sse_frame(event)
-    message = (
-        f"no answer within {timeout_s:g} s (ARES_SANDBOX_TIMEOUT_S): the task goes on in "
-        "the background, and its trace fills in as it runs"
-    )
-    yield sse_frame(with_links({"type": "error", "message": message, "trace_id": task.trace_id}))
+    now = time.monotonic()
+    deadline, beat, poll = now + timeout_s, now + HEARTBEAT_S, now + STOP_POLL_S
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                event = events.get(timeout=min(left, STOP_POLL_S))
+            except queue.Empty:
+                event = {}
+            if event is None:
+                return
+            if event:
+                yield sse_frame(event)
+            now = time.monotonic()
+            if now >= poll:
+                poll = now + STOP_POLL_S
+                if not task.stop.is_set() and stop_requested(task.trace_id):
+                    task.stop.set()
+                    yield sse_frame({"type": "stopping", "message": STOPPING})
+            if now >= beat:
+                beat = now + HEARTBEAT_S
+                yield ": still working\n\n"  # a comment line: keeps proxies from closing it
+        message = (
+            f"no answer within {timeout_s:g} s (ARES_SANDBOX_TIMEOUT_S): the task goes on in "
+            "the background, and its trace fills in as it runs"
+        )
+        yield sse_frame(
+            with_links({"type": "error", "message": message, "trace_id": task.trace_id})
+        )
+    except GeneratorExit:  # the page went away: no one is left to see the task out
+        task.stop.set()
+        raise
+    finally:
+        _forget_stop(task.trace_id)
+
+
+STALE_STOP = timedelta(days=1)
+STOPPING = "stopping: the step running now is abandoned and nothing new starts"
+
+
+def request_stop(trace_id: str, who: str) -> None:
+    """Ask the process streaming the task to stop it (it may be another process)."""
+    # A stop that came after its task ended is never read: such rows go after a day.
+    SandboxStop.objects.filter(requested_at__lt=timezone.now() - STALE_STOP).delete()
+    SandboxStop.objects.get_or_create(trace_id=trace_id, defaults={"requested_by": who[:150]})
+
+
+def stop_requested(trace_id: str) -> bool:
+    try:
+        return SandboxStop.objects.filter(trace_id=trace_id).exists()
+    except DatabaseError:  # the database is away: the task goes on, the stream with it
+        logger.warning("could not look for a stop of sandbox task %s", trace_id, exc_info=True)
+        return False
+
+
+def _forget_stop(trace_id: str) -> None:
+    try:
+        SandboxStop.objects.filter(trace_id=trace_id).delete()
+    except DatabaseError:
+        logger.warning("could not delete the stop of sandbox task %s", trace_id, exc_info=True)
 
 
 def sse_frame(event: dict[str, Any]) -> str:
@@ -81,7 +137,10 @@ def run_task(task: SandboxTask, emit: Emit) -> None:
     registry = get_engine().registry
 
     def send(event: LoopEvent) -> None:
-        emit(with_links(event.as_dict(), registry))
+        payload = with_links(event.as_dict(), registry)
+        if payload["type"] == "started":
+            payload["session_id"] = task.session_id
+        emit(payload)
 
     run_sandbox_task(task, send)
 

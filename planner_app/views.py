@@ -4,6 +4,7 @@ the sandbox chat."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.conf import settings
@@ -16,13 +17,16 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from planner_app import backtest, bridge, sandbox
 from planner_app.agents.run import HOW_TO_CONFIGURE
 from planner_app.agents.sandbox import LLM_MODES, MODES, llm_problem_of
-from planner_app.forms import SandboxForm
+from planner_app.forms import MAX_HISTORY_MESSAGES, SandboxForm
 from planner_app.models import Agent, IntentRule, RuleSetVersion, Workflow
 from planner_app.pipeline.planner import Plan
 from planner_app.pipeline.ruleset import RuleSet
 from planner_app.services import plan_request, recent_evidence
 from tools_app.engine import CallContext
 from tools_app.runtime import get_engine
+from traces_app.schemas import TRACE_ID_PATTERN
+
+TRACE_ID = re.compile(TRACE_ID_PATTERN)
 
 MAX_REQUEST_CHARS = 4000
 
@@ -194,6 +198,7 @@ def sandbox_page(request: HttpRequest) -> HttpResponse:
         "llm_modes": LLM_MODES,
         "workflows": Workflow.objects.order_by("name").only("name", "description"),
         "max_chars": SandboxForm.base_fields["message"].max_length,
+        "max_history": MAX_HISTORY_MESSAGES,
     }
     return render(request, "planner_app/sandbox.html", context)
 
@@ -212,3 +217,16 @@ def sandbox_run(request: HttpRequest) -> HttpResponse:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on as it comes
     return response
+
+
+@staff_member_required
+@require_POST
+def sandbox_stop(request: HttpRequest) -> HttpResponse:
+    """Ask for a running sandbox task to stop; its stream says when it has (202)."""
+    trace_id = request.POST.get("trace_id", "")
+    if not TRACE_ID.fullmatch(trace_id):
+        return JsonResponse(
+            {"error": "trace_id must be the 32 hex digits of the task's trace."}, status=400
+        )
+    sandbox.request_stop(trace_id, request.user.get_username())
+    return JsonResponse({"trace_id": trace_id, "stop": "requested"}, status=202)

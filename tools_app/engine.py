@@ -4,6 +4,8 @@ Tools run on one event loop that the engine owns in a background thread. One loo
 one set of per-tool concurrency limits shared by every caller in the process (web
 threads, Celery tasks, async code), and long-lived MCP sessions that stay on the loop
 that opened them. Sync tool functions run in a thread pool so they never block it.
+A caller's stop signal (CallContext.stop) keeps its calls from starting and abandons the
+running ones, as a timeout does.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 Recorder = Callable[[list[dict[str, Any]]], None]
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+STOP_POLL_S = 0.05  # how often a running call looks at its caller's stop signal
+NOT_RUN_STOPPED = "not run: the task was stopped"
+STOPPED_WHILE_RUNNING = "stopped while running: the task was stopped"
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,12 @@ class CallContext:
     chosen_by: str = "llm"
     allowed_tools: Collection[str] | None = None  # None: any tool; empty: none at all
     timeout_s: float | None = None  # the caller's timeout for tools that set none (an agent's)
+    stop: threading.Event | None = field(default=None, compare=False)  # the caller's stop signal
+
+    @property
+    def stopped(self) -> bool:
+        """Return whether the caller has asked for its task to stop."""
+        return self.stop is not None and self.stop.is_set()
 
 
 class ToolEngine:
@@ -209,6 +220,11 @@ class ToolEngine:
     async def _execute(self, call: ToolCall, context: CallContext) -> ToolResult:
         started_at, clock = datetime.now(UTC), time.perf_counter()
         spans: list[dict[str, Any]] = []
+        if context.stopped:
+            spec = self.registry.get(call.name) if call.name in self.registry else None
+            return await self._fail_early(
+                call, context, ErrorKind.CANCELLED, NOT_RUN_STOPPED, started_at, spec=spec
+            )
         try:
             spec = self.registry.get(call.name)
         except UnknownToolError:
@@ -236,7 +252,9 @@ class ToolEngine:
             if result.success or result.error.kind not in RETRYABLE_ERRORS or attempt == attempts:
                 break
             # Back off outside the concurrency slot, so waiting never blocks other calls.
-            await asyncio.sleep(self.backoff_base_s * 2 ** (attempt - 1))
+            await _sleep_unless_stopped(self.backoff_base_s * 2 ** (attempt - 1), context.stop)
+            if context.stopped:
+                break  # no retry for a task that was stopped
         result.metadata.update(
             attempts=len(spans),
             coercions=valid.coercions,
@@ -273,9 +291,12 @@ class ToolEngine:
         async with self._slot(spec):
             clock = time.perf_counter()
             try:
-                data = await asyncio.wait_for(self._run(spec, arguments), timeout)
+                running = _until_stopped(self._run(spec, arguments), context.stop)
+                data = await asyncio.wait_for(running, timeout)
             except TimeoutError:
                 error = ToolError(ErrorKind.TIMEOUT, f"{spec.name} timed out after {timeout:g} s")
+            except _Stopped as exc:
+                error = ToolError(ErrorKind.CANCELLED, str(exc))
             except ToolFailure as exc:
                 error = ToolError(exc.kind, str(exc) or type(exc).__name__)
             except asyncio.CancelledError:
@@ -398,6 +419,42 @@ class ToolEngine:
             await loop.run_in_executor(self._record_pool, self.recorder, spans)
         except Exception:  # a lost record must not turn a good result into a failure
             logger.exception("could not record %d tool span(s)", len(spans))
+
+
+class _Stopped(Exception):
+    """The caller's stop signal was set: the call was abandoned, or never started."""
+
+
+async def _until_stopped(work: Coroutine[Any, Any, Any], stop: threading.Event | None) -> Any:
+    """Await work, abandoning it (_Stopped) soon after stop is set.
+
+    The stop signal is a threading.Event set from another thread, so it is polled. An
+    abandoned sync tool keeps its thread until it returns, as one that overran its timeout.
+    """
+    if stop is None:
+        return await work
+    if stop.is_set():  # waited for a slot meanwhile
+        work.close()
+        raise _Stopped(NOT_RUN_STOPPED)
+    task = asyncio.ensure_future(work)
+    try:
+        while not stop.is_set():
+            done, _ = await asyncio.wait({task}, timeout=STOP_POLL_S)
+            if done:
+                return task.result()
+        raise _Stopped(STOPPED_WHILE_RUNNING)
+    finally:
+        task.cancel()  # a no-op once it is done
+
+
+async def _sleep_unless_stopped(seconds: float, stop: threading.Event | None) -> None:
+    """Sleep, waking early when stop is set."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(left, STOP_POLL_S))
 
 
 class _Slots:

@@ -20,7 +20,11 @@ runs the same in a web request, a Celery task or a test. What can go wrong is ca
 - a tool with side effects that already ran with the same arguments is not run again;
 - tool output fed back is held to a token budget (see token_budget.py);
 - at the iteration limit (or a spent budget) one last call without tools asks for an
-  answer from what the model has.
+  answer from what the model has;
+- a caller's stop signal (a threading.Event) ends the task (finish_reason cancelled):
+  checked before each model call and while waiting for one, before a reply's tool calls
+  run (they are refused) and after them; running tool calls are abandoned by the engine,
+  and neither the model nor the planner is asked anything more.
 
 In active discovery mode the model starts with no tools and asks for them in
 `<tool_request>` blocks (planner_app.discovery reads them and routes them); the tools
@@ -37,6 +41,7 @@ import dataclasses
 import json
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +55,15 @@ from planner_app.agents.llm.messages import (
     Message,
     ToolsNotSupported,
     Usage,
+)
+from planner_app.agents.stopping import (
+    STOPPED_ANSWER,
+    STOPPED_BY,
+    STOPPED_REASON,
+    Stopped,
+    call_unless_stopped,
+    check_stop,
+    is_stopped,
 )
 from planner_app.agents.token_budget import TokenBudget
 from planner_app.discovery.requests import (
@@ -205,7 +219,7 @@ class Final(LoopEvent):
     type: ClassVar[str] = "final"
     content: str
     # stop, spiral_breaker, planner_answer, no_answer, max_iterations, budget,
-    # discovery_exhausted, error
+    # discovery_exhausted, error, cancelled
     finish_reason: str
     trace_id: str
     iterations: int
@@ -264,9 +278,15 @@ def run_agent_loop(
     session_id: str = "",
     tool_choice: str = "auto",
     on_event: Callable[[LoopEvent], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> LoopResult:
-    """Run one task to its answer; every step goes to on_event and into the trace."""
-    task = _Task(agent, model, services, trace_id or secrets.token_hex(16), session_id, on_event)
+    """Run one task to its answer; every step goes to on_event and into the trace.
+
+    Setting `stop` (from another thread) ends the task soon after, as cancelled.
+    """
+    task = _Task(
+        agent, model, services, trace_id or secrets.token_hex(16), session_id, on_event, stop
+    )
     return task.run(list(messages), tool_choice)
 
 
@@ -315,9 +335,9 @@ class TaskRecords:
         clock: float,
         arguments: dict[str, Any],
         reply: LlmReply | None,
-        error: LlmError | None,
+        error: LlmError | Stopped | None,
     ) -> dict[str, Any]:
-        """Return the span of one LLM call: its tokens and reply, or its error."""
+        """Return the span of one LLM call: its tokens and reply, or its error (or its stop)."""
         span = self.span("llm", started_at, (time.perf_counter() - clock) * 1000)
         span["arguments"] = arguments
         if reply is not None:
@@ -326,6 +346,8 @@ class TaskRecords:
                         output_tokens=reply.usage.output_tokens)  # fmt: skip
             arguments["usage_estimated"] = reply.usage.estimated
             span["result"] = {"content": reply.content, "finish_reason": reply.finish_reason}
+        elif isinstance(error, Stopped):
+            span.update(status="error", error_kind="cancelled", error_message=STOPPED_BY)
         else:
             kind = "tools_not_supported" if isinstance(error, ToolsNotSupported) else "llm_error"
             span.update(status="error", error_kind=kind, error_message=str(error))
@@ -362,9 +384,11 @@ class _Task(TaskRecords):
         trace_id: str,
         session_id: str,
         on_event: Callable[[LoopEvent], None] | None,
+        stop: threading.Event | None = None,
     ) -> None:
         super().__init__(agent.name, model, trace_id, session_id, services.record, on_event)
-        self.agent, self.services = agent, services
+        self.agent, self.services, self.stop = agent, services, stop
+        self.iteration = 0  # the model calls started, as the task's iterations when stopped
         self.engine = services.engine
         self.budget = TokenBudget(agent.token_budget, agent.tool_output_share)
         self.usage = Usage()
@@ -392,12 +416,20 @@ class _Task(TaskRecords):
             chosen_by="llm",
             allowed_tools=frozenset(agent.tools),
             timeout_s=agent.tool_timeout_s,
+            stop=stop,
         )
 
     # The whole task --------------------------------------------------------------------
 
     def run(self, messages: list[Message], tool_choice: str) -> LoopResult:
         self.started_at, self.clock = datetime.now(UTC), time.perf_counter()
+        self.history: list[Message] = []
+        try:
+            return self._run(messages, tool_choice)
+        except Stopped:
+            return self._finish(self._what_we_have(STOPPED_ANSWER), "cancelled", self.iteration)
+
+    def _run(self, messages: list[Message], tool_choice: str) -> LoopResult:
         self.request = next((m.content for m in reversed(messages) if m.role == "user"), "")
         self.context = dataclasses.replace(self.context, request_text=self.request)
         self.tools = self._tools_to_show()
@@ -418,6 +450,10 @@ class _Task(TaskRecords):
             if reply is None:
                 return self._finish("", "error", iteration)
             calls = reply.tool_calls if self.tools else []  # none offered: text is the answer
+            if calls and is_stopped(self.stop):
+                self._refuse_calls(calls, STOPPED_REASON, "stopped")
+                self.history.append(Message("assistant", reply.content))
+                raise Stopped
             if self.active and reply.tool_calls and not calls:
                 self._refuse_calls(
                     reply.tool_calls, "not offered: ask for it in a <tool_request>", "discovery"
@@ -443,6 +479,7 @@ class _Task(TaskRecords):
                 return self._no_answer(iteration)
             else:
                 return self._finish(reply.content, "stop", iteration)
+        check_stop(self.stop)
         self.emit(Notice(f"asking for a final answer without tools ({reason})"))
         self.history.append(Message("user", FINAL_PROMPT.format(reason=reason.replace("_", " "))))
         reply = self._ask(iteration + 1, [], "none")
@@ -472,6 +509,7 @@ class _Task(TaskRecords):
                 if not result.tool
             ]
             prompt = FINAL_PROMPT.format(reason="; ".join([why, *found]))
+        check_stop(self.stop)
         self.emit(Notice(f"asking for a final answer without tools ({why})"))
         self.history.append(Message("user", prompt))
         reply = self._ask(iteration + 1, [], "none")
@@ -577,12 +615,22 @@ class _Task(TaskRecords):
     # The model ---------------------------------------------------------------------------
 
     def _ask(self, iteration: int, tools: list[ToolSpec], choice: str) -> LlmReply | None:
-        """Call the model once, record the call, and return its reply (None: it failed)."""
+        """Call the model once, record the call, and return its reply (None: it failed).
+
+        Raise Stopped instead when the task is stopped before or during the call.
+        """
+        check_stop(self.stop)
+        self.iteration = iteration
         started_at, clock = datetime.now(UTC), time.perf_counter()
         schema_tokens = self._schema_tokens() if tools else 0
         self.llm_calls += 1
         try:
-            reply = self.model.complete(self.history, tools, choice)
+            reply = call_unless_stopped(
+                lambda: self.model.complete(self.history, tools, choice), self.stop
+            )
+        except Stopped as exc:
+            self._record_llm(iteration, started_at, clock, schema_tokens, error=exc)
+            raise
         except ToolsNotSupported as exc:
             self._record_llm(iteration, started_at, clock, schema_tokens, error=exc)
             self.tools = []
@@ -633,10 +681,16 @@ class _Task(TaskRecords):
             for turn, result in zip(runnable, results, strict=True):
                 turn.result, turn.path = result, self._path_of(turn.spec)
                 self._remember_side_effects(turn)
-        for turn in turns:
-            if turn.path == PATH_PLANNER:
-                self._bridge_unknown(turn)
-        self._break_spirals(turns)
+        if is_stopped(self.stop):  # the planner is asked nothing once the task is stopped
+            for turn in turns:
+                if turn.path == PATH_PLANNER:
+                    turn.path, turn.ran, turn.refused_by = PATH_LLM, False, "stopped"
+                    turn.result = self._refused(turn.call, None, f"not run: {STOPPED_REASON}")
+        else:
+            for turn in turns:
+                if turn.path == PATH_PLANNER:
+                    self._bridge_unknown(turn)
+            self._break_spirals(turns)
         for turn in turns:
             self._answer(turn)
 
@@ -666,11 +720,10 @@ class _Task(TaskRecords):
             turn.ran = False
         return turn
 
-    def _refused(self, call: ToolCall, spec: ToolSpec, message: str) -> ToolResult:
+    def _refused(self, call: ToolCall, spec: ToolSpec | None, message: str) -> ToolResult:
+        name = spec.name if spec else call.name
         error = ToolError(ErrorKind.CANCELLED, message)
-        return ToolResult(
-            call.id, spec.name, False, error=error, text=format_error(spec.name, error)
-        )
+        return ToolResult(call.id, name, False, error=error, text=format_error(name, error))
 
     def _remember_side_effects(self, turn: _Turn) -> None:
         result = turn.result
@@ -731,6 +784,7 @@ class _Task(TaskRecords):
 
     def _plan_for_request(self, reason: str) -> None:
         """Hand the user's request to the planner and tell the model what came of it."""
+        check_stop(self.stop)
         self.planned_for_request = True
         outcome = self.services.fallback(None, None, self.request, self.context)
         self.emit(Fallback(reason, "", outcome.path, list(outcome.warnings)))
@@ -826,12 +880,12 @@ class _Task(TaskRecords):
 
     # The end -----------------------------------------------------------------------------
 
-    def _what_we_have(self) -> str:
+    def _what_we_have(self, headline: str = "The model gave no answer.") -> str:
         """Return the tool results of the task as the answer, when the model gave none."""
         results = [m.content for m in self.history if m.role == "tool"]
         if not results:
-            return "The model gave no answer."
-        return "The model gave no answer. The tool results were:\n" + "\n".join(results)
+            return headline
+        return f"{headline} The tool results were:\n" + "\n".join(results)
 
     def _finish(self, content: str, reason: str, iterations: int) -> LoopResult:
         # The task's metrics (tokens and counts), new with each task.
@@ -863,7 +917,7 @@ class _Task(TaskRecords):
         schema_tokens: int,
         *,
         reply: LlmReply | None = None,
-        error: LlmError | None = None,
+        error: LlmError | Stopped | None = None,
     ) -> float:
         fed = self.budget.tool_tokens
         arguments = {
@@ -948,6 +1002,8 @@ class _Task(TaskRecords):
         }
         if reason == "error":
             span.update(status="error", error_kind="llm_error", error_message=self.error)
+        elif reason == "cancelled":
+            span.update(status="error", error_kind="cancelled", error_message=STOPPED_BY)
         self.store([span])
 
 

@@ -11,6 +11,10 @@ answer.
 It emits the agent loop's events (started, model_turn, tool_started, tool_finished,
 fallback, notice, final), plus `plan` (a draft's steps, or why it cannot run) and
 `replan` (the feedback that asks for the next draft), so the sandbox shows either alike.
+
+A caller's stop signal (a threading.Event) ends the task as cancelled: checked before
+each model call, while waiting for one and between drafts; steps not yet started are not
+run and running ones are abandoned (runs.bridge_step_runner and the engine see to that).
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import asyncio
 import json
 import logging
 import secrets
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -50,6 +55,13 @@ from planner_app.agents.replan import (
     plan_from_reply,
 )
 from planner_app.agents.run import chat_model, record_spans
+from planner_app.agents.stopping import (
+    STOPPED_ANSWER,
+    STOPPED_BY,
+    Stopped,
+    call_unless_stopped,
+    check_stop,
+)
 from planner_app.bridge import BridgeResult
 from planner_app.models import Agent
 from planner_app.workflows.graph import StepStatus, WorkflowError, WorkflowRun, WorkflowStep
@@ -89,7 +101,7 @@ class Replanning(LoopEvent):
 @dataclass
 class PlanAgentResult:
     content: str
-    finish_reason: str  # stop, max_replans, error
+    finish_reason: str  # stop, max_replans, error, cancelled
     trace_id: str
     drafts: int
     usage: Usage
@@ -106,13 +118,20 @@ def run_plan_agent(
     session_id: str = "",
     max_replans: int | None = None,
     on_event: Callable[[LoopEvent], None] | None = None,
+    stop: threading.Event | None = None,
+    history: Sequence[Message] = (),
 ) -> PlanAgentResult:
-    """Plan, run and replan the request with the agent's LLM; LlmNotConfigured without one."""
+    """Plan, run and replan the request with the agent's LLM; LlmNotConfigured without one.
+
+    `history` holds the conversation's earlier turns (user and assistant messages, oldest
+    first), so a follow-up ("and double it") can be planned. Setting `stop` from another
+    thread ends the task soon after (finish_reason cancelled).
+    """
     replan = ReplanSettings(
         max_replans=settings.ARES_REPLAN_MAX if max_replans is None else max_replans
     )
-    task = _PlanTask(agent, chat_model(agent), trace_id or secrets.token_hex(16), on_event)
-    return task.run(request, replan, session_id)
+    task = _PlanTask(agent, chat_model(agent), trace_id or secrets.token_hex(16), on_event, stop)
+    return task.run(request, replan, session_id, history)
 
 
 def plan_prompt(agent: Agent, tools: list[Any]) -> str:
@@ -194,9 +213,12 @@ class _PlanTask(TaskRecords):
         model: ChatModel,
         trace_id: str,
         on_event: Callable[[LoopEvent], None] | None,
+        stop: threading.Event | None = None,
     ) -> None:
         super().__init__(agent.name, model, trace_id, "", record_spans, on_event)
-        self.agent = agent
+        self.agent, self.stop = agent, stop
+        self.earlier: list[Message] = []  # the conversation before this request
+        self.so_far = ""  # where the task stood, for an answer when it is stopped
         self.usage = Usage()
         self.drafts = 0
         engine = get_engine()
@@ -206,11 +228,30 @@ class _PlanTask(TaskRecords):
 
     # The whole task ----------------------------------------------------------------------
 
-    def run(self, request: str, replan: ReplanSettings, session_id: str) -> PlanAgentResult:
+    def run(
+        self,
+        request: str,
+        replan: ReplanSettings,
+        session_id: str,
+        history: Sequence[Message] = (),
+    ) -> PlanAgentResult:
         self.request, self.session_id = request, session_id
         self.started_at, self.clock = datetime.now(UTC), time.perf_counter()
+        # Text only: an earlier turn's tool calls would need their tool messages too.
+        self.earlier = [
+            Message(m.role, m.content) for m in history if m.role in ("user", "assistant")
+        ]
+        try:
+            return self._run(request, replan, session_id)
+        except Stopped:
+            content = STOPPED_ANSWER + (
+                f" Where the task stood:\n{self.so_far}" if self.so_far else ""
+            )
+            return self._finish(content, "cancelled", None)
+
+    def _run(self, request: str, replan: ReplanSettings, session_id: str) -> PlanAgentResult:
         prompt = plan_prompt(self.agent, self.tools)
-        self.history = [Message("system", prompt), Message("user", request)]
+        self.history = [Message("system", prompt), *self.earlier, Message("user", request)]
         self.emit(Started(self.trace_id, self.agent.name, self.model.model,
                           [spec.name for spec in self.tools], estimate_tokens(prompt)))  # fmt: skip
         context = CallContext(
@@ -222,6 +263,7 @@ class _PlanTask(TaskRecords):
             chosen_by="workflow",
             allowed_tools=frozenset(self.agent.tools),
             timeout_s=self.agent.tool_timeout_s,
+            stop=self.stop,
         )
         run_step = bridge_step_runner(context, watch_steps(self.emit))
         try:
@@ -245,8 +287,10 @@ class _PlanTask(TaskRecords):
 
     async def _draft(self, request: str, notes: str) -> str:
         """Ask the model for the next plan (the drafter of plan_execute_replan)."""
+        check_stop(self.stop)
         self.drafts += 1
         if notes:
+            self.so_far = notes
             self.emit(Replanning(self.drafts, notes))
             self.history.append(Message("user", notes))
         reply = await asyncio.to_thread(call_in_thread, self._ask, "plan")
@@ -277,7 +321,8 @@ class _PlanTask(TaskRecords):
         """Return the model's answer from the run's results (the results when it fails)."""
         results = results_text(run) if run else ""
         question = f"Request: {self.request}\n\nResults of the plan that ran for it:\n{results}"
-        self.history = [Message("user", f"{question}\n\n{ANSWER_INSTRUCTION}")]
+        self.so_far = f"The plan's results were:\n{results}" if results else ""
+        self.history = [*self.earlier, Message("user", f"{question}\n\n{ANSWER_INSTRUCTION}")]
         if self.agent.system_prompt:
             self.history.insert(0, Message("system", self.agent.system_prompt))
         try:
@@ -292,12 +337,18 @@ class _PlanTask(TaskRecords):
     # The model -------------------------------------------------------------------------
 
     def _ask(self, purpose: str) -> LlmReply:
-        """Call the model without tools once, record the call and emit the turn."""
+        """Call the model without tools once, record the call and emit the turn.
+
+        Raise Stopped instead when the task is stopped before or during the call.
+        """
+        check_stop(self.stop)
         started_at, clock = datetime.now(UTC), time.perf_counter()
         iteration = self.drafts + (purpose == "answer")
         try:
-            reply = self.model.complete(self.history, (), "none")
-        except LlmError as exc:
+            reply = call_unless_stopped(
+                lambda: self.model.complete(self.history, (), "none"), self.stop
+            )
+        except (LlmError, Stopped) as exc:
             self._record_llm(purpose, iteration, started_at, clock, error=exc)
             raise
         if reply.usage.estimated:
@@ -321,7 +372,7 @@ class _PlanTask(TaskRecords):
         clock: float,
         *,
         reply: LlmReply | None = None,
-        error: LlmError | None = None,
+        error: LlmError | Stopped | None = None,
     ) -> float:
         arguments = {"purpose": purpose, "iteration": iteration, "messages": len(self.history)}
         span = self.llm_span(started_at, clock, arguments, reply, error)
@@ -349,6 +400,8 @@ class _PlanTask(TaskRecords):
         }
         if error:
             span.update(status="error", error_kind="llm_error", error_message=error)
+        elif reason == "cancelled":
+            span.update(status="error", error_kind="cancelled", error_message=STOPPED_BY)
         self.store([span])
         self.emit(Final(content, reason, self.trace_id, self.drafts,
                         self.usage.input_tokens, self.usage.output_tokens))  # fmt: skip

@@ -7,6 +7,7 @@ the process's tool engine, the Bridge, and traces_app's recorder and spiral rule
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -114,8 +115,12 @@ def run_agent(
     session_id: str = "",
     tool_choice: str = "auto",
     on_event: Callable[[LoopEvent], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> LoopResult:
-    """Run one task of the agent; LlmNotConfigured when it has no endpoint."""
+    """Run one task of the agent; LlmNotConfigured when it has no endpoint.
+
+    Setting `stop` from another thread ends the task soon after (finish_reason cancelled).
+    """
     return run_agent_loop(
         agent_spec(agent),
         chat_model(agent),
@@ -125,6 +130,7 @@ def run_agent(
         session_id=session_id,
         tool_choice=tool_choice,
         on_event=on_event,
+        stop=stop,
     )
 
 

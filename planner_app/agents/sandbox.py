@@ -1,5 +1,10 @@
 """The sandbox's runner: one message down a chosen path, every step sent as a loop event.
 
+A conversation is its earlier turns (user messages and answers), given with each message:
+the LLM paths read them, the planner plans from the newest message alone. A task stops
+when its `stop` event is set: the step running is abandoned, nothing new starts, and it
+ends with finish_reason "cancelled".
+
 Modes: the agent loop (Path 1, with active discovery when the agent is in active mode),
 plan-execute-replan, the planner alone (Path 2, no LLM) and a saved workflow (Path 3).
 MCP tools (Path 4) come up through any of them. Every mode emits the agent loop's events.
@@ -9,8 +14,9 @@ The page streams them (planner_app/sandbox.py).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from planner_app import bridge
@@ -38,19 +44,24 @@ MODES = {
     "workflow": "Run a workflow (path 3)",
 }
 LLM_MODES = frozenset({"llm", "replan"})
+CANCELLED = "cancelled"  # the finish_reason of a task that was stopped
 
 Send = Callable[[LoopEvent], None]
 
 
 @dataclass(frozen=True)
 class SandboxTask:
-    """One message to run: the mode, the agent (None: the sandbox's own), the workflow."""
+    """One message to run: the mode, the agent (None: the sandbox's own), the workflow,
+    the conversation's earlier turns and session, and the event that stops it."""
 
     mode: str
     message: str
     agent: Agent | None
     workflow: Workflow | None
     trace_id: str
+    history: tuple[Message, ...] = ()
+    session_id: str = ""
+    stop: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 def sandbox_agent(agent: Agent | None) -> Agent:
@@ -71,12 +82,26 @@ def run_sandbox_task(task: SandboxTask, send: Send) -> None:
 
 
 def _run_llm(task: SandboxTask, send: Send) -> None:
-    agent = sandbox_agent(task.agent)
-    run_agent(agent, [Message("user", task.message)], trace_id=task.trace_id, on_event=send)
+    run_agent(
+        sandbox_agent(task.agent),
+        [*task.history, Message("user", task.message)],
+        trace_id=task.trace_id,
+        session_id=task.session_id,
+        on_event=send,
+        stop=task.stop,
+    )
 
 
 def _run_replan(task: SandboxTask, send: Send) -> None:
-    run_plan_agent(sandbox_agent(task.agent), task.message, trace_id=task.trace_id, on_event=send)
+    run_plan_agent(
+        sandbox_agent(task.agent),
+        task.message,
+        trace_id=task.trace_id,
+        session_id=task.session_id,
+        on_event=send,
+        stop=task.stop,
+        history=task.history,
+    )
 
 
 def _run_planner(task: SandboxTask, send: Send) -> None:
@@ -88,8 +113,11 @@ def _run_planner(task: SandboxTask, send: Send) -> None:
         sorted(allowed) if allowed is not None else [s.name for s in get_engine().registry.list()]
     )
     send(Started(task.trace_id, name, "", tools, 0))
-    context = CallContext(trace_id=task.trace_id, agent=name, request_text=task.message,
-                          chosen_by="planner", allowed_tools=allowed)  # fmt: skip
+    if task.history:
+        send(Notice("the planner plans from this message alone; earlier turns are not read"))
+    context = CallContext(trace_id=task.trace_id, agent=name, session_id=task.session_id,
+                          request_text=task.message, chosen_by="planner",
+                          allowed_tools=allowed, stop=task.stop)  # fmt: skip
     outcome = bridge.execute(None, None, task.message, context)
     arguments: dict[str, Any] = {}
     if outcome.plan is not None:
@@ -113,7 +141,8 @@ def _run_planner(task: SandboxTask, send: Send) -> None:
         else result.text
         for result in outcome.results
     )
-    send(Final(answer, "stop" if outcome.success else "error", task.trace_id, 0, 0, 0))
+    reason = "stop" if outcome.success else "error"
+    send(Final(answer, CANCELLED if task.stop.is_set() else reason, task.trace_id, 0, 0, 0))
 
 
 def _run_workflow(task: SandboxTask, send: Send) -> None:
@@ -124,14 +153,16 @@ def _run_workflow(task: SandboxTask, send: Send) -> None:
     tools = sorted({step.tool for step in workflow.steps})
     send(Started(task.trace_id, f"workflow:{saved.name}", "", tools, 0))
     run = WorkflowRun.objects.create(workflow=saved, trace_id=task.trace_id)
-    execute_run(run.pk, watch_steps(send))
+    execute_run(run.pk, watch_steps(send), stop=task.stop)
     run.refresh_from_db()
     lines = [f"Workflow {saved.name}: {run.status}"]
     for step in run.progress.get("steps", []):
         result = step.get("result") or {}
         lines.append(f"{step['step_id']} {step['tool']} [{step['status']}]: "
                      f"{result.get('text') or step.get('error') or ''}")  # fmt: skip
-    reason = "stop" if run.status == WorkflowRun.Status.SUCCESS else str(run.status)
+    reason = {WorkflowRun.Status.SUCCESS: "stop", WorkflowRun.Status.CANCELLED: CANCELLED}.get(
+        run.status, str(run.status)
+    )
     send(Final("\n".join(lines), reason, task.trace_id, 0, 0, 0))
 
 

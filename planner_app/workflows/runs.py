@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -14,8 +15,9 @@ from django.utils import timezone
 from planner_app import bridge
 from planner_app.models import WorkflowRun
 from planner_app.workflows.graph import RunStep, WorkflowStep, run_workflow
-from tools_app.engine import CallContext
-from tools_app.specs import ToolResult
+from tools_app.engine import NOT_RUN_STOPPED, CallContext
+from tools_app.formatting import format_error
+from tools_app.specs import ErrorKind, ToolError, ToolResult
 
 T = TypeVar("T")
 
@@ -36,10 +38,16 @@ def bridge_step_runner(context: CallContext, watch: StepWatch | None = None) -> 
     """Return a workflow executor's run_step that makes each call through the Bridge.
 
     The Bridge is synchronous, so a call runs in a worker thread; a missing or failing
-    tool falls back to the planner with the step's own request.
+    tool falls back to the planner with the step's own request. Once the context's stop
+    signal is set, a step is not started (a cancelled result; the engine abandons the
+    calls already running).
     """
 
     async def run_step(step: WorkflowStep, arguments: dict[str, Any]) -> ToolResult:
+        if context.stopped:
+            error = ToolError(ErrorKind.CANCELLED, NOT_RUN_STOPPED)
+            return ToolResult(step.id, step.tool, False, error=error,
+                              text=format_error(step.tool, error))  # fmt: skip
         if watch is not None:
             watch.started(step, arguments)
         outcome = await asyncio.to_thread(
@@ -58,8 +66,14 @@ def bridge_step_runner(context: CallContext, watch: StepWatch | None = None) -> 
     return run_step
 
 
-def execute_run(run_pk: int, watch: StepWatch | None = None) -> None:
-    """Run a saved workflow and save its progress after every step."""
+def execute_run(
+    run_pk: int, watch: StepWatch | None = None, stop: threading.Event | None = None
+) -> None:
+    """Run a saved workflow and save its progress after every step.
+
+    Setting `stop` from another thread ends the run soon after: no step starts any more,
+    running calls are abandoned, and the run is saved as cancelled.
+    """
     run = WorkflowRun.objects.select_related("workflow").get(pk=run_pk)
     workflow = run.workflow.as_workflow()
     context = CallContext(
@@ -67,6 +81,7 @@ def execute_run(run_pk: int, watch: StepWatch | None = None) -> None:
         chosen_by="workflow",
         agent=f"workflow:{workflow.name}"[:200],
         request_text=run.workflow.description,
+        stop=stop,
     )
     run.status, run.started_at = WorkflowRun.Status.RUNNING, timezone.now()
     run.save(update_fields=["status", "started_at"])
@@ -76,10 +91,13 @@ def execute_run(run_pk: int, watch: StepWatch | None = None) -> None:
 
     run_step = bridge_step_runner(context, watch)
     result = asyncio.run(run_workflow(workflow, run_step, registry=None, on_progress=save_progress))
+    status, progress = str(result.status), result.as_dict()
+    if context.stopped:
+        status = progress["status"] = WorkflowRun.Status.CANCELLED.value
     WorkflowRun.objects.filter(pk=run.pk).update(
-        status=str(result.status),
+        status=status,
         ended_at=timezone.now(),
-        progress=result.as_dict(),
+        progress=progress,
         error="; ".join(p.message for p in result.problems),
     )
 

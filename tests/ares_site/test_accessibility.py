@@ -207,3 +207,20 @@ def test_the_admins_theme_switch_holds_on_the_console_pages(
     staff_page.goto(f"{live_server.url}/tools/")
     assert staff_page.evaluate(BACKGROUND) == "rgb(246, 247, 249)"
     assert_stayed_local(staff_page, live_server)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_sandbox_conversation_has_no_serious_or_critical_violation(
+    staff_page: Any, live_server: Any, settings: Any, default_rules: None, axe: Any, scheme: str
+) -> None:
+    settings.ARES_LLM_BASE_URL = ""  # the planner path: no model needed
+    staff_page.emulate_media(color_scheme=scheme)
+    staff_page.goto(f"{live_server.url}/sandbox/")
+    for number, message in enumerate(["what is 2+3*4", "what is 10/4"], start=1):
+        staff_page.fill("#id_message", message)
+        staff_page.click("#send-button")
+        staff_page.locator(f"li.turn:nth-child({number}) section.answer:not([hidden])").wait_for()
+        staff_page.wait_for_selector("#send-button:enabled")
+    found = violations(axe, staff_page)
+    report("/sandbox/ (a conversation of 2 turns)", scheme, found)
+    assert blocking(staff_page, found) == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from planner_app.models import Agent, Workflow
 from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app import conftest as planner_fixtures
 from tests.planner_app.fake_llm import FakeLlm, call, calls, say
-from traces_app.models import Invocation
+from traces_app.models import Invocation, Trace
 
 pytestmark = pytest.mark.browser
 
@@ -23,7 +25,12 @@ fake_llm = planner_fixtures.fake_llm
 fresh_ruleset_cache = planner_fixtures.fresh_ruleset_cache
 
 HOSTILE = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned=2'>"
-ANSWER = "#answer-box:not([hidden])"
+# The newest turn of the conversation, and its parts.
+TURN = "li.turn:last-child"
+ANSWER = f"{TURN} section.answer:not([hidden])"
+ANSWER_TEXT, FACTS, TRACE_LINK = (
+    f"{TURN} .{part}" for part in ("answer-text", "answer-facts", "trace-link")
+)
 
 
 def test_the_planner_path_runs_without_an_llm(
@@ -49,8 +56,8 @@ def test_the_planner_path_runs_without_an_llm(
     assert call.locator(".badge").first.get_attribute("data-path") == "2"
     assert "calculator" in call.inner_text() and "ok" in call.inner_text()
     assert '"expression": "2+3*4"' in call.inner_text()
-    assert '"result": 14' in page.locator("#answer").inner_text()
-    link = page.locator("#trace-link")
+    assert '"result": 14' in page.locator(ANSWER_TEXT).inner_text()
+    link = page.locator(TRACE_LINK)
     trace_id = link.get_attribute("href").strip("/").split("/")[-1]
     assert Invocation.objects.filter(trace_id=trace_id, chosen_by="planner").exists()
     screenshot(page, "sandbox-planner")
@@ -93,11 +100,11 @@ def test_the_scripted_llm_path_shows_turns_calls_and_hostile_text_as_text(
     assert "calculator returned" in tool_calls.nth(0).inner_text()
     hostile = tool_calls.nth(1).inner_text()
     assert "<script>window.__pwned = 1</script>" in hostile  # shown as text, not run
-    answer = page.locator("#answer").inner_text()
+    answer = page.locator(ANSWER_TEXT).inner_text()
     assert answer.startswith("6*7 = 42.") and "<script>" in answer
     assert page.evaluate("window.__pwned") is None
-    assert page.locator("#transcript script, #answer-box script, #transcript img").count() == 0
-    assert "finished: stop" in page.locator("#answer-facts").inner_text()
+    assert page.locator("#transcript script, #transcript img").count() == 0
+    assert "finished: stop" in page.locator(FACTS).inner_text()
     assert len(fake_llm.requests) == 2 and fake_llm.requests[0]["stream"] is True
     screenshot(page, "sandbox-llm")
     assert_stayed_local(page, live_server)
@@ -128,8 +135,8 @@ def test_a_stubborn_model_spiral_ends_with_the_planners_answer(
     planned = page.locator("li.tool-call", has_text="2 planner")
     assert planned.count() == 1 and '"expression": "6*7"' in planned.inner_text()
     assert "not run: refused by the loop" in transcript  # the 4th turn's call, refused
-    assert '"result": 42' in page.locator("#answer").inner_text()
-    assert "finished: spiral_breaker" in page.locator("#answer-facts").inner_text()
+    assert '"result": 42' in page.locator(ANSWER_TEXT).inner_text()
+    assert "finished: spiral_breaker" in page.locator(FACTS).inner_text()
     assert len(fake_llm.requests) == 4 and "tools" not in fake_llm.requests[3]
     screenshot(page, "sandbox-spiral")
     assert_stayed_local(page, live_server)
@@ -153,8 +160,8 @@ def test_active_discovery_with_a_direct_call_shows_the_planners_answer(
     page.fill("#id_message", "what is 6*7?")
     page.click("#send-button")
     page.wait_for_selector(ANSWER, timeout=30_000)
-    assert '"result": 42' in page.locator("#answer").inner_text()  # not an empty answer
-    assert "finished: planner_answer" in page.locator("#answer-facts").inner_text()
+    assert '"result": 42' in page.locator(ANSWER_TEXT).inner_text()  # not an empty answer
+    assert "finished: planner_answer" in page.locator(FACTS).inner_text()
     assert page.locator("li.tool-call", has_text="2 planner").count() == 1
     assert_stayed_local(page, live_server)
 
@@ -186,3 +193,168 @@ def test_the_workflow_path_runs_a_saved_workflow_without_asking_for_a_message(
     assert "NIGHTLY REPORT: 3662 CALLS" in page.locator("#transcript").inner_text()
     assert page.locator("#form-error").is_hidden()
     assert_stayed_local(page, live_server)
+
+
+# A conversation, and stopping a task ---------------------------------------------------------
+
+
+def llm_sandbox(page: Any, live_server: Any, settings: Any, fake_llm: FakeLlm) -> None:
+    """Open the sandbox on the LLM path of agent math-tutor, at the fake model."""
+    settings.ARES_LLM_BASE_URL = fake_llm.base_url
+    settings.ARES_LLM_MODEL = "fake-model"
+    Agent.objects.get_or_create(name="math-tutor", defaults={"tools": ["calculator"]})
+    page.goto(f"{live_server.url}/sandbox/")
+    page.select_option("#id_agent", "math-tutor")
+    page.select_option("#id_mode", "llm")
+
+
+def send(page: Any, message: str) -> Any:
+    """Send a message and return its turn once the answer is in and Send is back."""
+    turn = page.locator("li.turn").nth(page.locator("li.turn").count())  # this one, for good
+    page.fill("#id_message", message)
+    page.click("#send-button")
+    turn.locator("section.answer:not([hidden])").wait_for(timeout=30_000)
+    page.wait_for_selector("#send-button:enabled")
+    return turn
+
+
+def trace_of(turn: Any) -> Trace:
+    return Trace.objects.get(
+        trace_id=turn.locator(".trace-link").get_attribute("href").split("/")[2]
+    )
+
+
+def test_a_conversation_sends_its_earlier_turns_and_a_new_one_starts_clean(
+    staff_page: Any,
+    live_server: Any,
+    settings: Any,
+    fake_llm: FakeLlm,
+    screenshot: Callable[[Any, str], Path],
+) -> None:
+    fake_llm.script(
+        say("Noted: you owe 120 euros."),
+        call("calculator", {"expression": "120*2"}),
+        say("Doubled, that is 240 euros."),
+        say("I don't know what you owe."),
+    )
+    page = staff_page
+    llm_sandbox(page, live_server, settings, fake_llm)
+    first = send(page, "I owe 120 euros.")
+    assert first.locator(".turn-message").inner_text() == "I owe 120 euros."
+    assert page.locator("#id_message").input_value() == ""  # sent, so the box is empty again
+
+    second = send(page, "Double it.")
+    assert page.locator("li.turn").count() == 2
+    assert "240 euros" in second.locator(".answer-text").inner_text()
+    assert (
+        "1 earlier turn sent with this message" in page.locator("#conversation-state").inner_text()
+    )
+    sent = [(m["role"], m["content"]) for m in fake_llm.requests[1]["messages"]]
+    assert sent[-3:] == [
+        ("user", "I owe 120 euros."),
+        ("assistant", "Noted: you owe 120 euros."),
+        ("user", "Double it."),
+    ]
+    # One trace per message, one session for the conversation.
+    one, two = trace_of(first), trace_of(second)
+    assert one.trace_id != two.trace_id and one.session_id == two.session_id != ""
+    assert (one.request_text, two.request_text) == ("I owe 120 euros.", "Double it.")
+    screenshot(page, "sandbox-conversation")
+
+    page.click("#new-conversation")
+    assert page.locator("li.turn").count() == 0
+    third = send(page, "What do I owe?")
+    assert [m["role"] for m in fake_llm.requests[3]["messages"]] == ["user"]
+    assert trace_of(third).session_id not in ("", one.session_id)
+    assert_stayed_local(page, live_server)
+
+
+def thinking(fake_llm: FakeLlm) -> threading.Event:
+    """Script a model that thinks until the returned event is set (at most 30 s)."""
+    release = threading.Event()
+
+    def slow(body: dict[str, Any]) -> dict[str, Any]:
+        release.wait(30)
+        return say("too late")
+
+    fake_llm.script(slow, say("Here again, and answering."))
+    return release
+
+
+def agent_span(trace: Trace) -> Invocation:
+    return Invocation.objects.get(trace_id=trace.trace_id, kind="agent")
+
+
+def test_stop_ends_a_task_the_trace_says_so_and_the_chat_goes_on(
+    staff_page: Any,
+    live_server: Any,
+    settings: Any,
+    fake_llm: FakeLlm,
+    screenshot: Callable[[Any, str], Path],
+) -> None:
+    release = thinking(fake_llm)
+    page = staff_page
+    llm_sandbox(page, live_server, settings, fake_llm)
+    assert page.locator("#stop-button").is_hidden()
+    page.fill("#id_message", "Think about 6*7 for a long time.")
+    page.click("#send-button")
+    page.click("#stop-button:enabled")
+    page.wait_for_selector(ANSWER, timeout=30_000)
+    release.set()
+    turn = page.locator(TURN)
+    assert "finished: cancelled" in turn.locator(".answer-facts").inner_text()
+    assert "Stopped before the model answered." in turn.locator(".answer-text").inner_text()
+    assert turn.locator("li.step-notice", has_text="Stopping").count() == 1
+    assert "stopped" in turn.get_attribute("class")
+    page.wait_for_selector("#send-button:enabled")
+    assert page.locator("#stop-button").is_hidden()
+    screenshot(page, "sandbox-stopped")
+
+    # The records agree with the page: the task and its model call ended cancelled.
+    trace = trace_of(turn)
+    span = agent_span(trace)
+    assert (span.status, span.error_kind, span.result["finish_reason"]) == (
+        "error", "cancelled", "cancelled"
+    )  # fmt: skip
+    llm = Invocation.objects.get(trace_id=trace.trace_id, kind="llm")
+    assert llm.error_kind == "cancelled"
+
+    # The conversation goes on, the stopped turn in it.
+    send(page, "Answer now, then.")
+    assert [m["content"] for m in fake_llm.requests[1]["messages"]][-3:] == [
+        "Think about 6*7 for a long time.",
+        "Stopped before the model answered.",
+        "Answer now, then.",
+    ]
+    page.locator(TRACE_LINK).click()
+    assert "Answer now, then." in page.content()
+    assert_stayed_local(page, live_server)
+
+
+def test_when_the_stop_request_fails_closing_the_stream_stops_the_task(
+    staff_page: Any, live_server: Any, settings: Any, fake_llm: FakeLlm
+) -> None:
+    release = thinking(fake_llm)
+    page = staff_page
+    llm_sandbox(page, live_server, settings, fake_llm)
+    page.route("**/sandbox/stop", lambda route: route.fulfill(status=502, body="bad gateway"))
+    page.fill("#id_message", "Think about 6*7 for a long time.")
+    page.click("#send-button")
+    page.click("#stop-button:enabled")
+    turn = page.locator(TURN)
+    turn.locator("li.step-notice", has_text="the stream was closed").wait_for(timeout=30_000)
+    page.wait_for_selector("#send-button:enabled")
+    assert "No answer: this turn is left out" in turn.inner_text()
+    trace_id = turn.locator(".trace-link").get_attribute("href").split("/")[2]
+    # The server notices the closed stream at its next write and stops the task.
+    for _ in range(300):
+        span = Invocation.objects.filter(trace_id=trace_id, kind="agent").first()
+        if span is not None:
+            break
+        time.sleep(0.1)
+    release.set()
+    assert span is not None and span.result["finish_reason"] == "cancelled"
+    assert len(fake_llm.requests) == 1
+    # The turn without an answer is not sent with the next message.
+    send(page, "Answer now, then.")
+    assert [m["role"] for m in fake_llm.requests[1]["messages"]] == ["user"]

@@ -73,25 +73,33 @@ def test_a_value_outside_the_definition_is_named_on_the_page(
     assert not Score.objects.exists()
 
 
-def test_an_operator_scores_a_sandbox_answer(
+def test_an_operator_scores_each_answer_of_a_sandbox_conversation(
     staff_page: Any, live_server: Any, settings: Any, default_rules: None
 ):
     ScoreDefinition.objects.get_or_create(name="feedback", defaults={"data_type": "boolean"})
     settings.ARES_LLM_BASE_URL = ""
     page = staff_page
     page.goto(f"{live_server.url}/sandbox/")
-    page.fill("#id_message", "what is 2+3*4")
-    page.click("#send-button")
-    page.wait_for_selector("#answer-box:not([hidden])", timeout=30_000)
-    trace_id = page.locator("#trace-link").get_attribute("href").strip("/").split("/")[-1]
+    traces = []
+    for number, message in enumerate(["what is 2+3*4", "what is 10/4"], start=1):
+        page.fill("#id_message", message)
+        page.click("#send-button")
+        turn = page.locator(f"li.turn:nth-child({number})")
+        turn.locator("section.answer:not([hidden])").wait_for(timeout=30_000)
+        page.wait_for_selector("#send-button:enabled")
+        traces.append(turn.locator(".trace-link").get_attribute("href").strip("/").split("/")[-1])
 
-    page.fill("#answer-score-comment", "right, and fast")
-    page.get_by_role("button", name="Thumbs up for this answer").click()
-    page.wait_for_function(
-        "document.getElementById('answer-score-status').textContent.startsWith('Scored')"
-    )
+    first, second = page.locator("li.turn").all()
+    first.locator(".score-comment").fill("right, and fast")
+    first.get_by_role("button", name="Thumbs up for this answer").click()
+    second.get_by_role("button", name="Thumbs down for this answer").click()
+    for turn in (first, second):
+        turn.locator(".score-status", has_text="Scored").wait_for()
+    assert "thumbs down" in second.locator(".score-status").inner_text()
 
-    [score] = Score.objects.all()
-    assert (score.trace_id, score.span_id, score.label) == (trace_id, "", "true")
-    assert (score.comment, score.reported_by) == ("right, and fast", "user operator")
+    scores = {score.trace_id: score for score in Score.objects.all()}
+    assert set(scores) == set(traces) and len(set(traces)) == 2
+    up, down = scores[traces[0]], scores[traces[1]]
+    assert (up.span_id, up.label, up.comment) == ("", "true", "right, and fast")
+    assert (down.label, down.comment, up.reported_by) == ("false", "", "user operator")
     assert_stayed_local(page, live_server)

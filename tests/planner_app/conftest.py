@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,8 @@ from django.apps import apps
 from planner_app import rulesets
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.planner_app.fake_llm import FakeLlm
+from tools_app import runtime
+from tools_app.specs import ToolSpec
 
 
 @pytest.fixture(autouse=True)
@@ -51,3 +54,56 @@ def llm_settings(settings: Any, fake_llm: FakeLlm) -> None:
     settings.ARES_LLM_BASE_URL = fake_llm.base_url
     settings.ARES_LLM_MODEL = "fake-model"
     settings.ARES_LLM_STREAM = False
+
+
+OBJECT = {"type": "object", "properties": {"key": {"type": "string"}}}
+
+
+class Gate:
+    """Something a test waits on: `entered` when it starts, and it holds until `release`."""
+
+    def __init__(self) -> None:
+        self.entered, self.release, self.finished = (threading.Event() for _ in range(3))
+        self.calls = 0
+
+    def hold(self) -> None:
+        self.calls += 1
+        self.entered.set()
+        self.release.wait(5)
+        self.finished.set()
+
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    gate = Gate()
+    yield gate
+    gate.release.set()  # nothing is left waiting after the test
+
+
+@pytest.fixture
+def site_tools(gate: Gate) -> Iterator[None]:
+    """A slow tool (5 s, timeout 30 s) and a counting one, in the site's registry."""
+
+    def slow(key: str = "") -> str:
+        gate.hold()
+        return "slept"
+
+    def count(key: str = "") -> dict[str, str]:
+        return {"counted": key}
+
+    specs = [
+        ToolSpec("slow", "Take a while.", OBJECT, slow, timeout_s=30),
+        ToolSpec("count", "Count a key.", OBJECT, count),
+    ]
+    yield from in_site_registry(specs)
+
+
+def in_site_registry(specs: list[ToolSpec]) -> Iterator[None]:
+    """Put tools in the site's registry for one test (a fixture's body: yield from it)."""
+    runtime.refresh_tool_settings(force=True)
+    registry = runtime.get_engine().registry
+    for spec in specs:
+        registry.register(spec)
+    yield
+    for spec in specs:
+        registry.unregister(spec.name)

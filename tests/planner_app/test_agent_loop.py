@@ -13,8 +13,8 @@ from planner_app.agents.llm.messages import Message
 from planner_app.agents.loop import LoopEvent, LoopResult
 from planner_app.agents.run import run_agent
 from planner_app.models import Agent
+from tests.planner_app.conftest import in_site_registry
 from tests.planner_app.fake_llm import FakeLlm, call, calls, fail, say
-from tools_app import runtime
 from tools_app.models import McpServer
 from tools_app.specs import ErrorKind, SideEffect, ToolFailure, ToolSpec
 from traces_app.models import FailureSpiral, Invocation, Trace
@@ -54,13 +54,7 @@ def test_tools(notes: list[str]) -> Iterator[None]:
         ToolSpec("search_stub", "Search.", OBJECT, lambda key: {"results": [
             {"title": f"result {n}", "snippet": "x" * 300} for n in range(10)]}),
     ]  # fmt: skip
-    runtime.refresh_tool_settings(force=True)
-    registry = runtime.get_engine().registry
-    for spec in specs:
-        registry.register(spec)
-    yield
-    for spec in specs:
-        registry.unregister(spec.name)
+    yield from in_site_registry(specs)
 
 
 def make_agent(**fields: Any) -> Agent:

@@ -6,19 +6,23 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from planner_app.models import Agent, Workflow, WorkflowRun
+from planner_app.models import Agent, SandboxStop, Workflow, WorkflowRun
+from tests.planner_app.conftest import Gate
 from tests.planner_app.fake_llm import FakeLlm, call, fail, say
 from tools_app.models import McpServer
-from traces_app.models import Invocation
+from traces_app.models import Invocation, Trace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("llm_settings")]
 
-URL, RUN = "/sandbox/", "/sandbox/run"
+URL, RUN, STOP = "/sandbox/", "/sandbox/run", "/sandbox/stop"
 CHAIN = {
     "steps": [
         {"id": "total", "tool": "calculator", "arguments": {"expression": "100*(100+1)/2"}},
@@ -41,7 +45,10 @@ def tutor() -> Agent:
 
 
 def events_of(response: Any) -> list[dict[str, Any]]:
-    """Return the events of a server-sent event stream, in order."""
+    """Return the events of a server-sent event stream after `accepted`, in order.
+
+    `accepted` comes first in every stream and names the task's trace, which every event
+    that names a trace names too."""
     assert response.status_code == 200, response.content
     assert response["Content-Type"] == "text/event-stream"
     body = b"".join(response.streaming_content).decode()
@@ -52,6 +59,10 @@ def events_of(response: Any) -> list[dict[str, Any]]:
             event = json.loads("\n".join(data))
             assert f"event: {event['type']}" in frame
             events.append(event)
+    accepted, *events = events
+    assert accepted["type"] == "accepted" and accepted["session_id"].startswith("sandbox-")
+    assert accepted["trace_url"] == f"/traces/{accepted['trace_id']}/"
+    assert {e["trace_id"] for e in events if "trace_id" in e} <= {accepted["trace_id"]}
     return events
 
 
@@ -66,7 +77,7 @@ def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 # Who may use it -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("method", "url"), [("get", URL), ("post", RUN)])
+@pytest.mark.parametrize(("method", "url"), [("get", URL), ("post", RUN), ("post", STOP)])
 def test_it_sends_anyone_not_staff_to_log_in(django_user_model: Any, method: str, url: str) -> None:
     plain = Client()
     plain.force_login(django_user_model.objects.create_user("user", password="x"))
@@ -316,3 +327,251 @@ def test_a_task_that_runs_too_long_ends_the_stream_with_its_trace(
     )
     worker.join(timeout=30)  # let it finish before the database is flushed
     assert Invocation.objects.filter(trace_id=events[0]["trace_id"], kind="agent").exists()
+
+
+# A conversation -----------------------------------------------------------------------------
+
+EARLIER = [
+    {"role": "user", "content": "My name is Ada and I owe 120 euros."},
+    {"role": "assistant", "content": "Noted, Ada: 120 euros."},
+]
+
+
+def test_the_earlier_turns_reach_the_model_before_the_new_message(
+    staff: Client, tutor: Agent, fake_llm: FakeLlm
+) -> None:
+    fake_llm.script(say("You are Ada, and you owe 120 euros."))
+    data = {"agent": "math-tutor", "mode": "llm", "message": "Who am I and what do I owe?",
+            "history": json.dumps(EARLIER), "session": "sandbox-chat-7"}  # fmt: skip
+    events = events_of(staff.post(RUN, data))
+    sent = [(m["role"], m["content"]) for m in fake_llm.requests[0]["messages"]]
+    assert sent[-3:] == [
+        ("user", "My name is Ada and I owe 120 euros."),
+        ("assistant", "Noted, Ada: 120 euros."),
+        ("user", "Who am I and what do I owe?"),
+    ]
+    assert events[0]["session_id"] == "sandbox-chat-7"
+    trace = Trace.objects.get(trace_id=events[-1]["trace_id"])
+    assert trace.session_id == "sandbox-chat-7"
+    # The request a trace is filed under is the new message, not the first of the chat.
+    assert trace.request_text == "Who am I and what do I owe?"
+
+
+def test_plan_execute_replan_drafts_with_the_earlier_turns(
+    staff: Client, tutor: Agent, fake_llm: FakeLlm
+) -> None:
+    plan = json.dumps({"steps": [{"id": "s1", "tool": "calculator",
+                                  "arguments": {"expression": "120*2"}}]})  # fmt: skip
+    fake_llm.script(say(plan), say("You owe 240 euros now."))
+    data = {"agent": "math-tutor", "mode": "replan", "message": "Double what I owe.",
+            "history": json.dumps(EARLIER)}  # fmt: skip
+    events = events_of(staff.post(RUN, data))
+    assert events[-1]["content"] == "You owe 240 euros now."
+    drafting = [m["content"] for m in fake_llm.requests[0]["messages"]]
+    assert drafting[-3:] == [EARLIER[0]["content"], EARLIER[1]["content"], "Double what I owe."]
+    answering = " ".join(m["content"] for m in fake_llm.requests[1]["messages"])
+    assert "120 euros" in answering and "240" in answering
+
+
+def test_the_planner_says_it_reads_only_the_newest_message(
+    staff: Client, default_rules: None
+) -> None:
+    data = {"mode": "planner", "message": "what is 2+3*4", "history": json.dumps(EARLIER)}
+    events = events_of(staff.post(RUN, data))
+    assert "from this message alone" in of_type(events, "notice")[0]["message"]
+    assert '"result": 14' in events[-1]["content"]
+
+
+def test_a_session_id_is_made_for_a_new_conversation_and_kept_after(
+    staff: Client, default_rules: None
+) -> None:
+    first = events_of(staff.post(RUN, {"mode": "planner", "message": "what is 2+2"}))
+    session = first[0]["session_id"]
+    assert session.startswith("sandbox-") and len(session) == len("sandbox-") + 16
+    data = {"mode": "planner", "message": "what is 3+3", "session": session}
+    second = events_of(staff.post(RUN, data))
+    assert second[0]["session_id"] == session
+    traces = {first[-1]["trace_id"], second[-1]["trace_id"]}
+    assert len(traces) == 2  # one trace per message, one session for the conversation
+    sessions = Trace.objects.filter(trace_id__in=traces).values_list("session_id", flat=True)
+    assert list(sessions) == [session, session]
+
+
+@pytest.mark.parametrize(
+    ("history", "error"),
+    [
+        ("{not json", "The history is not valid JSON: "),
+        ('{"role": "user"}', "The history must be a list of messages."),
+        (json.dumps([EARLIER[0]] * 41),
+         "The history has 41 messages; the limit is 40: start a new conversation."),
+        (json.dumps([EARLIER[0], {"role": "system", "content": "obey"}]),
+         "History message 2: the role must be user or assistant, not 'system'."),
+        (json.dumps([{"role": "tool", "content": "x"}]),
+         "History message 1: the role must be user or assistant, not 'tool'."),
+        (json.dumps([{"role": "user", "content": 7}]),
+         "History message 1 must be an object with a text content."),
+        (json.dumps(["hello"]), "History message 1 must be an object with a text content."),
+        (json.dumps([{"role": "user", "content": "x" * 60_000}] * 2),
+         "The history is 120,000 characters long; the limit is 100,000: start a new "
+         "conversation."),
+    ],
+)  # fmt: skip
+def test_a_bad_history_is_refused_clearly(
+    staff: Client, tutor: Agent, fake_llm: FakeLlm, history: str, error: str
+) -> None:
+    data = {"agent": "math-tutor", "mode": "llm", "message": "hi", "history": history}
+    response = staff.post(RUN, data)
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(error)
+    assert not fake_llm.requests and not Invocation.objects.exists()
+
+
+@pytest.mark.parametrize("session", ["has space", "semi;colon", "x" * 201, "ümlaut"])
+def test_a_bad_session_id_is_refused_clearly(staff: Client, session: str) -> None:
+    response = staff.post(RUN, {"mode": "planner", "message": "2+2", "session": session})
+    assert response.status_code == 400
+    assert response.json()["error"] in (
+        "The session id may hold only letters, digits and _ . : -",
+        "The session id is over 200 characters.",
+    )
+    assert not Invocation.objects.exists()
+
+
+# Stopping a task ----------------------------------------------------------------------------
+
+
+def frames(response: Any) -> Iterator[dict[str, Any]]:
+    """Yield a stream's events one by one, as the page reads them (comments skipped)."""
+    for chunk in response.streaming_content:
+        data = [line[5:].strip() for line in chunk.decode().split("\n") if line.startswith("data:")]
+        if data:
+            yield json.loads("\n".join(data))
+
+
+def thinking_model(fake_llm: FakeLlm) -> threading.Event:
+    """Script a model that thinks until the returned event is set (or 30 s pass)."""
+    release = threading.Event()
+
+    def slow(body: dict[str, Any]) -> dict[str, Any]:
+        release.wait(30)
+        return say("too late")
+
+    fake_llm.script(slow)
+    return release
+
+
+def test_stop_ends_a_task_whose_model_is_thinking_as_cancelled(
+    staff: Client, tutor: Agent, fake_llm: FakeLlm
+) -> None:
+    release = thinking_model(fake_llm)
+    stream = frames(staff.post(RUN, {"agent": "math-tutor", "mode": "llm", "message": "6*7?"}))
+    accepted = next(stream)
+    trace_id = accepted["trace_id"]
+    assert next(stream)["type"] == "started"
+    response = staff.post(STOP, {"trace_id": trace_id})
+    assert response.status_code == 202 and response.json() == {
+        "trace_id": trace_id, "stop": "requested"
+    }  # fmt: skip
+    rest = list(stream)
+    release.set()
+    assert [event["type"] for event in rest] == ["stopping", "final"]
+    final = rest[-1]
+    assert final["finish_reason"] == "cancelled" and final["trace_id"] == trace_id
+    assert len(fake_llm.requests) == 1  # no last call for an answer once stopped
+    agent = Invocation.objects.get(trace_id=trace_id, kind="agent")
+    assert (agent.status, agent.error_kind) == ("error", "cancelled")
+    assert agent.result["finish_reason"] == "cancelled"
+    assert Invocation.objects.get(trace_id=trace_id, kind="llm").error_kind == "cancelled"
+    assert not SandboxStop.objects.exists()  # the stream's end cleared its stop
+
+
+def test_closing_the_stream_stops_its_task(staff: Client, tutor: Agent, fake_llm: FakeLlm) -> None:
+    release = thinking_model(fake_llm)
+    response = staff.post(RUN, {"agent": "math-tutor", "mode": "llm", "message": "6*7?"})
+    stream = frames(response)
+    trace_id = next(stream)["trace_id"]
+    assert next(stream)["type"] == "started"
+    stream.close()
+    response.close()  # what the server does when the page goes away mid-stream
+    worker = next(t for t in threading.enumerate() if t.name == f"sandbox-{trace_id[:8]}")
+    worker.join(timeout=30)
+    release.set()
+    assert not worker.is_alive()
+    agent = Invocation.objects.get(trace_id=trace_id, kind="agent")
+    assert agent.result["finish_reason"] == "cancelled" and agent.error_kind == "cancelled"
+    assert len(fake_llm.requests) == 1
+
+
+def test_a_stubborn_model_calling_tools_forever_is_stopped_between_calls(
+    staff: Client, tutor: Agent, fake_llm: FakeLlm, gate: Gate
+) -> None:
+    def stubborn(n: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        def reply(body: dict[str, Any]) -> dict[str, Any]:
+            if n >= 2:
+                gate.hold()  # from the third call on, the model thinks until Stop is seen
+            # Never the same call twice, so no spiral ends it first: only the stop can.
+            return call("calculator", {"expression": f"{n}+1"})
+
+        return reply
+
+    fake_llm.script(*(stubborn(n) for n in range(40)))
+    stream = frames(staff.post(RUN, {"agent": "math-tutor", "mode": "llm", "message": "go"}))
+    trace_id = next(stream)["trace_id"]
+    finished = 0
+    while finished < 2:
+        finished += next(stream)["type"] == "tool_finished"
+    assert gate.entered.wait(5)  # the third model call is thinking
+    staff.post(STOP, {"trace_id": trace_id})
+    rest = list(stream)
+    assert types(rest) == ["stopping", "final"] and rest[-1]["finish_reason"] == "cancelled"
+    assert "calculator" in rest[-1]["content"]  # the results it had, as the answer
+    assert Invocation.objects.filter(trace_id=trace_id, tool_name="calculator").count() == 2
+    agent = Invocation.objects.get(trace_id=trace_id, kind="agent")
+    assert agent.result["finish_reason"] == "cancelled"
+    assert agent.result["iterations"] == 3 and len(fake_llm.requests) == 3
+
+
+def test_stop_abandons_a_workflow_step_and_starts_no_more(
+    staff: Client, gate: Gate, site_tools: None
+) -> None:
+    steps = [{"id": "wait", "tool": "slow", "arguments": {}},
+             {"id": "after", "tool": "calculator", "arguments": {"expression": "1+1"},
+              "depends_on": ["wait"]}]  # fmt: skip
+    Workflow.objects.create(name="slow-chain", definition={"steps": steps})
+    stream = frames(staff.post(RUN, {"mode": "workflow", "workflow": "slow-chain"}))
+    trace_id = next(stream)["trace_id"]
+    seen = [next(stream)["type"], next(stream)["type"]]
+    assert seen == ["started", "tool_started"] and gate.entered.wait(5)
+    staff.post(STOP, {"trace_id": trace_id})
+    events = list(stream)
+    assert not gate.finished.is_set()  # the step was abandoned, not waited for
+    assert types(events)[0] == "stopping" and events[-1]["finish_reason"] == "cancelled"
+    [finished] = of_type(events, "tool_finished")
+    assert finished["tool"] == "slow" and finished["error_kind"] == "cancelled"
+    assert WorkflowRun.objects.get(trace_id=trace_id).status == WorkflowRun.Status.CANCELLED
+    assert not Invocation.objects.filter(trace_id=trace_id, tool_name="calculator").exists()
+
+
+@pytest.mark.parametrize("trace_id", ["", "abc", "g" * 32, "a" * 33, "a" * 32 + "\n"])
+def test_a_stop_without_a_trace_id_is_refused_clearly(staff: Client, trace_id: str) -> None:
+    response = staff.post(STOP, {"trace_id": trace_id})
+    assert response.status_code == 400
+    assert response.json() == {"error": "trace_id must be the 32 hex digits of the task's trace."}
+    assert not SandboxStop.objects.exists()
+
+
+def test_a_stop_needs_the_csrf_token(django_user_model: Any) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(django_user_model.objects.create_user("ops", password="x", is_staff=True))
+    assert client.post(STOP, {"trace_id": "a" * 32}).status_code == 403
+    assert not SandboxStop.objects.exists()
+
+
+def test_a_stop_that_came_too_late_is_cleared_a_day_later(staff: Client) -> None:
+    assert staff.post(STOP, {"trace_id": "a" * 32}).status_code == 202
+    assert staff.post(STOP, {"trace_id": "a" * 32}).status_code == 202  # twice: one row
+    [stop] = SandboxStop.objects.all()
+    assert stop.requested_by == "ops"
+    SandboxStop.objects.update(requested_at=timezone.now() - timedelta(days=1, seconds=1))
+    staff.post(STOP, {"trace_id": "b" * 32})
+    assert list(SandboxStop.objects.values_list("trace_id", flat=True)) == ["b" * 32]

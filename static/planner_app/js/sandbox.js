@@ -1,5 +1,8 @@
-// The sandbox chat: post the form, read the server-sent events of the answer as they come,
-// and show each step. Everything from the server goes in as text (textContent), never HTML.
+// The sandbox chat: a conversation of turns. Each message posts the form with the earlier
+// turns (the page keeps them; the server keeps nothing between messages), reads the
+// server-sent events of the answer as they come and shows each step in the turn. Stop asks
+// the server to stop the task (POST /sandbox/stop); if that fails, closing the stream stops
+// it too. Everything from the server goes in as text (textContent), never HTML.
 (function () {
   "use strict";
 
@@ -10,11 +13,19 @@
   const workflowField = document.getElementById("workflow-field");
   const messageField = document.getElementById("message-field");
   const messageBox = document.getElementById("id_message");
-  const transcript = document.getElementById("transcript");
+  const conversation = document.getElementById("transcript");
+  const turnTemplate = document.getElementById("turn-template");
+  const historyField = document.getElementById("id_history");
+  const sessionField = document.getElementById("id_session");
   const formError = document.getElementById("form-error");
   const runState = document.getElementById("run-state");
   const sendButton = document.getElementById("send-button");
-  const answerBox = document.getElementById("answer-box");
+  const stopButton = document.getElementById("stop-button");
+  const newButton = document.getElementById("new-conversation");
+  const conversationState = document.getElementById("conversation-state");
+  const maxHistory = Number(form.dataset.maxHistory);
+  let history = []; // the finished turns, oldest first: {role: "user" | "assistant", content}
+  let turn = null; // the turn running or last run: its elements, trace id and stream
   let pending = new Map(); // call id -> the entry of a tool call still running
 
   function el(tag, className, text) {
@@ -45,7 +56,7 @@
     const head = el("div", "step-head");
     head.append(el("strong", "", title));
     item.append(head);
-    transcript.append(item);
+    turn.steps.append(item);
     item.scrollIntoView({ block: "nearest" });
     return item;
   }
@@ -80,9 +91,8 @@
 
   function traceLink(event) {
     if (!event.trace_url) return;
-    const link = document.getElementById("trace-link");
-    link.href = event.trace_url;
-    link.textContent = "Full trace " + event.trace_id;
+    turn.traceLink.href = event.trace_url;
+    turn.traceLink.textContent = "Full trace " + event.trace_id;
   }
 
   // One renderer per event type ------------------------------------------------------------
@@ -103,6 +113,12 @@
   }
 
   const render = {
+    accepted(event) {
+      traceLink(event);
+      turn.traceId = event.trace_id;
+      sessionField.value = event.session_id;
+      stopButton.disabled = false;
+    },
     started(event) {
       traceLink(event);
       const item = entry("started", "Started");
@@ -200,22 +216,30 @@
     notice(event) {
       entry("notice", "Note").querySelector(".step-head").append(" ", el("span", "", event.message));
     },
+    stopping(event) {
+      runState.textContent = event.message;
+      entry("notice", "Stopping").querySelector(".step-head").append(" ", el("span", "", event.message));
+    },
     final(event) {
       traceLink(event);
-      answerBox.hidden = false;
-      document.getElementById("answer").textContent = event.content || "(no answer)";
-      document.getElementById("answer-facts").textContent = [
+      turn.answerBox.hidden = false;
+      turn.answer.textContent = event.content || "(no answer)";
+      turn.facts.textContent = [
         "finished: " + event.finish_reason,
         event.input_tokens || event.output_tokens
           ? event.input_tokens + " in / " + event.output_tokens + " out model tokens" : "",
       ].filter(Boolean).join(" · ");
+      if (event.finish_reason === "cancelled") turn.item.classList.add("stopped");
+      // The turn joins the conversation: the next message is sent with it.
+      history.push({ role: "user", content: turn.said }, { role: "assistant", content: event.content || "" });
+      turn.answered = true;
     },
     error(event) {
       traceLink(event);
       const item = entry("error", "Error");
       item.classList.add("failed");
       item.append(el("p", "status-error", event.message));
-      if (event.trace_url) answerBox.hidden = false;
+      if (event.trace_url) turn.answerBox.hidden = false;
     },
   };
 
@@ -246,6 +270,78 @@
     formError.hidden = false;
   }
 
+  // The turns -----------------------------------------------------------------------------
+
+  function sentAs() {
+    if (modeSelect.value !== "workflow") return messageBox.value;
+    return "Run the workflow " + document.getElementById("id_workflow").value;
+  }
+
+  function newTurn(said) {
+    const item = turnTemplate.content.firstElementChild.cloneNode(true);
+    const number = conversation.querySelectorAll(":scope > li.turn").length + 1;
+    const agent = agentSelect.options[agentSelect.selectedIndex].value || "no agent";
+    item.querySelector(".turn-title").textContent =
+      "Turn " + number + " · " + modeSelect.options[modeSelect.selectedIndex].text + " · " + agent;
+    item.querySelector(".turn-message").textContent = said;
+    conversation.append(item);
+    return {
+      item,
+      said,
+      steps: item.querySelector("ol.transcript"),
+      answerBox: item.querySelector("section.answer"),
+      answer: item.querySelector(".answer-text"),
+      facts: item.querySelector(".answer-facts"),
+      traceLink: item.querySelector(".trace-link"),
+      traceId: "",
+      controller: new AbortController(),
+      answered: false,
+    };
+  }
+
+  // What the next message carries: the newest turns the server accepts.
+  function historyToSend() {
+    const sent = history.slice(Math.max(0, history.length - maxHistory));
+    const left = (history.length - sent.length) / 2;
+    conversationState.textContent = sent.length
+      ? sent.length / 2 + " earlier turn" + (sent.length === 2 ? "" : "s") + " sent with this message" +
+        (left ? " (" + left + " older left out)" : "")
+      : "";
+    return JSON.stringify(sent);
+  }
+
+  function running(yes) {
+    sendButton.disabled = yes;
+    newButton.disabled = yes;
+    stopButton.hidden = !yes;
+    stopButton.disabled = true; // until the server says which task to stop
+    runState.textContent = yes ? "running…" : "";
+  }
+
+  async function stop() {
+    stopButton.disabled = true;
+    runState.textContent = "asking the task to stop…";
+    const body = new FormData();
+    body.append("trace_id", turn.traceId);
+    body.append("csrfmiddlewaretoken", form.querySelector("[name=csrfmiddlewaretoken]").value);
+    try {
+      const response = await fetch(stopButton.dataset.url, { method: "POST", body, credentials: "same-origin" });
+      if (response.status === 202) return; // the stream says when it has stopped
+    } catch (error) {
+      // fall through: closing the stream stops the task as well
+    }
+    turn.controller.abort();
+  }
+
+  function newConversation() {
+    history = [];
+    sessionField.value = "";
+    conversation.textContent = "";
+    conversationState.textContent = "";
+    formError.hidden = true;
+    messageBox.focus();
+  }
+
   async function readEvents(response) {
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
@@ -268,35 +364,50 @@
   async function send(submitEvent) {
     submitEvent.preventDefault();
     formError.hidden = true;
-    transcript.textContent = "";
-    answerBox.hidden = true;
+    historyField.value = historyToSend();
+    const body = new FormData(form);
     pending = new Map();
-    sendButton.disabled = true;
-    runState.textContent = "running…";
+    running(true);
+    const current = newTurn(sentAs());
+    turn = current;
     try {
       const response = await fetch(form.action, {
         method: "POST",
-        body: new FormData(form),
+        body,
         credentials: "same-origin",
         headers: { Accept: "text/event-stream" },
+        signal: current.controller.signal,
       });
       const type = response.headers.get("Content-Type") || "";
       if (!response.ok || !type.startsWith("text/event-stream")) {
         let message = "The server answered " + response.status + ".";
         if (type.startsWith("application/json")) message = (await response.json()).error || message;
         else if (response.redirected) message = "Your session has ended: log in again.";
+        current.item.remove(); // nothing ran: the message stays in the box to mend and resend
         showError(message);
         return;
       }
+      if (modeSelect.value !== "workflow") messageBox.value = "";
       await readEvents(response);
     } catch (error) {
-      showError("The stream broke off: " + error.message + ". The trace may still be complete.");
+      if (error.name === "AbortError") entry("notice", "Stopped: the stream was closed, which stops the task.");
+      else showError("The stream broke off: " + error.message + ". The trace may still be complete.");
     } finally {
-      sendButton.disabled = false;
-      runState.textContent = "";
+      if (current.item.isConnected && !current.answered) {
+        current.item.classList.add("unanswered");
+        current.item.append(el("p", "range", "No answer: this turn is left out of the conversation."));
+      }
+      running(false);
     }
   }
 
+  messageBox.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && !sendButton.disabled) {
+      form.requestSubmit();
+    }
+  });
+  stopButton.addEventListener("click", stop);
+  newButton.addEventListener("click", newConversation);
   agentSelect.addEventListener("change", fitModes);
   modeSelect.addEventListener("change", fitModes);
   form.addEventListener("submit", send);

@@ -1,11 +1,10 @@
-// Scoring a sandbox answer: thumbs up or down (the "feedback" score) on the answer's trace,
-// sent to POST /api/v1/scores with the staff session (and its CSRF token).
+// Scoring a sandbox answer: thumbs up or down (the "feedback" score) on its turn's trace,
+// sent to POST /api/v1/scores with the staff session (and its CSRF token). Every turn has
+// its own answer and trace, so one listener on the conversation serves them all.
 (function () {
   "use strict";
-  const box = document.getElementById("answer-score");
-  if (!box) return;
-  const status = document.getElementById("answer-score-status");
-  const comment = document.getElementById("answer-score-comment");
+  const conversation = document.getElementById("transcript");
+  if (!conversation) return;
 
   function csrfToken() {
     const field = document.querySelector("[name=csrfmiddlewaretoken]");
@@ -14,14 +13,16 @@
     return cookie ? decodeURIComponent(cookie.split("=")[1]) : "";
   }
 
-  function traceId() {
-    const href = document.getElementById("trace-link").getAttribute("href") || "";
+  function traceId(turn) {
+    const href = turn.querySelector(".trace-link").getAttribute("href") || "";
     const match = href.match(/\/traces\/([0-9a-f]{32})\//);
     return match ? match[1] : "";
   }
 
-  async function send(value) {
-    const trace = traceId();
+  async function send(turn, value) {
+    const status = turn.querySelector(".score-status");
+    const comment = turn.querySelector(".score-comment");
+    const trace = traceId(turn);
     if (!trace) {
       status.textContent = "This answer has no trace to score.";
       return;
@@ -49,7 +50,8 @@
     }
   }
 
-  box.querySelectorAll("button[data-value]").forEach((button) => {
-    button.addEventListener("click", () => send(button.dataset.value === "true"));
+  conversation.addEventListener("click", (event) => {
+    const button = event.target.closest(".score-thumbs button[data-value]");
+    if (button) send(button.closest("li.turn"), button.dataset.value === "true");
   });
 })();
