@@ -63,12 +63,15 @@ def down(request, tmp_path_factory) -> Iterator[httpx.Client]:
 
 
 @contextmanager
-def gunicorn_client(env: dict[str, str], log_path: Path) -> Iterator[httpx.Client]:
-    """Start the production server (one worker) with `env`; yield a client once it serves."""
+def gunicorn_client(
+    env: dict[str, str], log_path: Path, workers: int = 1
+) -> Iterator[httpx.Client]:
+    """Start the production server with `env`; yield a client once it serves."""
     port = free_port()
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [str(GUNICORN), "ares_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+            [str(GUNICORN), "ares_site.wsgi", "--bind", f"127.0.0.1:{port}",
+             "--workers", str(workers), "--worker-class", "sync"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
