@@ -5,7 +5,7 @@ one set of per-tool concurrency limits shared by every caller in the process (we
 threads, Celery tasks, async code), and long-lived MCP sessions that stay on the loop
 that opened them. Sync tool functions run in a thread pool so they never block it.
 A caller's stop signal (CallContext.stop) keeps its calls from starting and abandons the
-running ones, as a timeout does.
+running read-only ones, as a timeout does; one that changes things is let finish.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from tools_app.registry import ToolRegistry, UnknownToolError
 from tools_app.specs import (
     RETRYABLE_ERRORS,
     ErrorKind,
+    SideEffect,
     ToolCall,
     ToolError,
     ToolFailure,
@@ -291,7 +292,10 @@ class ToolEngine:
         async with self._slot(spec):
             clock = time.perf_counter()
             try:
-                running = _until_stopped(self._run(spec, arguments), context.stop)
+                # A call that changes things is let finish: abandoned, it might still make
+                # its change while its record said it was stopped.
+                stop = context.stop if spec.side_effect is SideEffect.READ_ONLY else None
+                running = _until_stopped(self._run(spec, arguments), stop)
                 data = await asyncio.wait_for(running, timeout)
             except TimeoutError:
                 error = ToolError(ErrorKind.TIMEOUT, f"{spec.name} timed out after {timeout:g} s")

@@ -11,7 +11,7 @@ import pytest
 from tests.tools_app.test_engine import Recorder
 from tools_app.engine import CallContext, ToolEngine
 from tools_app.registry import ToolRegistry
-from tools_app.specs import ErrorKind, ToolCall, ToolFailure, ToolSpec
+from tools_app.specs import ErrorKind, SideEffect, ToolCall, ToolFailure, ToolSpec
 
 ANY = {"type": "object"}
 
@@ -76,6 +76,16 @@ def engine(recorder: Recorder, slow: SlowTool, flaky: FlakyTool) -> Iterator[Too
             ToolSpec("add", "Add", ANY, lambda a=1, b=1: a + b),
             ToolSpec("slow", "Sleeps 5 s", ANY, slow.sync, timeout_s=30, max_retries=2),
             ToolSpec("slow_async", "Sleeps 5 s", ANY, slow.coroutine, timeout_s=30),
+            ToolSpec(
+                "slow_write",
+                "Writes for 5 s",
+                ANY,
+                slow.sync,
+                timeout_s=30,
+                side_effect=SideEffect.WRITE,
+                idempotent=True,
+                max_retries=2,
+            ),  # fmt: skip
             ToolSpec("flaky", "Unavailable", ANY, flaky, max_retries=3),
         ]
     )
@@ -140,6 +150,20 @@ def test_a_running_call_is_abandoned_when_its_task_is_stopped(
     assert slow.calls == 1
     [span] = recorder.spans
     assert (span["status"], span["error_kind"], span["attempt"]) == ("error", "cancelled", 1)
+
+
+def test_a_call_that_changes_things_is_let_finish_and_recorded_as_it_ended(
+    engine: ToolEngine, recorder: Recorder, slow: SlowTool
+) -> None:
+    stop = threading.Event()
+    stop_when(slow.started, stop)
+    # The write ends only once the task was stopped: the engine must wait it out.
+    threading.Thread(target=lambda: stop.wait(10) and slow.release.set(), daemon=True).start()
+    result = engine.execute(ToolCall("slow_write", {}, "call_1"), CallContext(stop=stop))
+    assert stop.is_set() and slow.finished.is_set()  # waited for, not abandoned
+    assert result.success and result.data == "done"
+    [span] = recorder.spans
+    assert (span["status"], span["attempt"]) == ("ok", 1)
 
 
 def test_a_failed_attempt_is_not_retried_once_the_task_is_stopped(
