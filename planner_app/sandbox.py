@@ -90,7 +90,10 @@ def stream_events(task: SandboxTask, timeout_s: float) -> Iterator[str]:
 
 
 STALE_STOP = timedelta(days=1)
-STOPPING = "stopping: the step running now is abandoned and nothing new starts"
+STOPPING = (
+    "stopping: nothing new starts, and the step running now is abandoned (a call that "
+    "changes things is let finish)"
+)
 
 
 def request_stop(trace_id: str, who: str) -> None:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from planner_app import backtest, bridge, sandbox
 from planner_app.agents.run import HOW_TO_CONFIGURE
 from planner_app.agents.sandbox import LLM_MODES, MODES, llm_problem_of
-from planner_app.forms import MAX_HISTORY_MESSAGES, SandboxForm
+from planner_app.forms import MAX_HISTORY_CHARS, MAX_HISTORY_MESSAGES, SandboxForm
 from planner_app.models import Agent, IntentRule, RuleSetVersion, Workflow
 from planner_app.pipeline.planner import Plan
 from planner_app.pipeline.ruleset import RuleSet
@@ -199,6 +199,7 @@ def sandbox_page(request: HttpRequest) -> HttpResponse:
         "workflows": Workflow.objects.order_by("name").only("name", "description"),
         "max_chars": SandboxForm.base_fields["message"].max_length,
         "max_history": MAX_HISTORY_MESSAGES,
+        "max_history_chars": MAX_HISTORY_CHARS,
     }
     return render(request, "planner_app/sandbox.html", context)
 

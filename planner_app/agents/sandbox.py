@@ -2,8 +2,8 @@
 
 A conversation is its earlier turns (user messages and answers), given with each message:
 the LLM paths read them, the planner plans from the newest message alone. A task stops
-when its `stop` event is set: the step running is abandoned, nothing new starts, and it
-ends with finish_reason "cancelled".
+when its `stop` event is set: nothing new starts, the step running is abandoned (a call
+that changes things is let finish), and it ends with finish_reason "cancelled".
 
 Modes: the agent loop (Path 1, with active discovery when the agent is in active mode),
 plan-execute-replan, the planner alone (Path 2, no LLM) and a saved workflow (Path 3).
@@ -141,8 +141,8 @@ def _run_planner(task: SandboxTask, send: Send) -> None:
         else result.text
         for result in outcome.results
     )
-    reason = "stop" if outcome.success else "error"
-    send(Final(answer, CANCELLED if task.stop.is_set() else reason, task.trace_id, 0, 0, 0))
+    reason = "stop" if outcome.success else CANCELLED if task.stop.is_set() else "error"
+    send(Final(answer, reason, task.trace_id, 0, 0, 0))
 
 
 def _run_workflow(task: SandboxTask, send: Send) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -358,3 +359,23 @@ def test_when_the_stop_request_fails_closing_the_stream_stops_the_task(
     # The turn without an answer is not sent with the next message.
     send(page, "Answer now, then.")
     assert [m["role"] for m in fake_llm.requests[1]["messages"]] == ["user"]
+
+
+def test_a_long_conversation_sends_only_the_newest_turns_the_server_takes(
+    staff_page: Any, live_server: Any, settings: Any, fake_llm: FakeLlm
+) -> None:
+    long_answer = "lorem ipsum " * 5_000  # 60,000 characters: two of them pass the 100,000
+    fake_llm.script(say("A" + long_answer), say("B" + long_answer), say("Short, at last."))
+    page = staff_page
+    llm_sandbox(page, live_server, settings, fake_llm)
+    send(page, "Tell me everything.")
+    send(page, "And again.")
+    third = send(page, "Now briefly.")
+    assert page.locator("#form-error").is_hidden()  # no 400: the page trimmed what it sent
+    assert "finished: stop" in third.locator(".answer-facts").inner_text()
+    state = page.locator("#conversation-state").inner_text()
+    assert state == "1 earlier turn sent with this message (1 older left out)"
+    sent = [(m["role"], m["content"][:12]) for m in fake_llm.requests[2]["messages"]]
+    assert sent[-3:] == [("user", "And again."), ("assistant", "Blorem ipsum"),
+                         ("user", "Now briefly.")]  # fmt: skip
+    assert "Tell me everything." not in json.dumps(fake_llm.requests[2])  # the oldest turn

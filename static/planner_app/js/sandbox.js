@@ -24,6 +24,7 @@
   const newButton = document.getElementById("new-conversation");
   const conversationState = document.getElementById("conversation-state");
   const maxHistory = Number(form.dataset.maxHistory);
+  const maxHistoryChars = Number(form.dataset.maxHistoryChars);
   let history = []; // the finished turns, oldest first: {role: "user" | "assistant", content}
   let turn = null; // the turn running or last run: its elements, trace id and stream
   let pending = new Map(); // call id -> the entry of a tool call still running
@@ -299,9 +300,12 @@
     };
   }
 
-  // What the next message carries: the newest turns the server accepts.
+  // What the next message carries: the newest turns the server accepts (so many messages,
+  // so many characters; a JS length counts an emoji twice, so it errs on the safe side).
   function historyToSend() {
-    const sent = history.slice(Math.max(0, history.length - maxHistory));
+    const size = (messages) => messages.reduce((total, m) => total + m.content.length, 0);
+    let sent = history.slice(Math.max(0, history.length - maxHistory));
+    while (sent.length && size(sent) > maxHistoryChars) sent = sent.slice(2);
     const left = (history.length - sent.length) / 2;
     conversationState.textContent = sent.length
       ? sent.length / 2 + " earlier turn" + (sent.length === 2 ? "" : "s") + " sent with this message" +
