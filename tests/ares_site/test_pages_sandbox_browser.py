@@ -329,6 +329,8 @@ def test_stop_ends_a_task_the_trace_says_so_and_the_chat_goes_on(
     ]
     page.locator(TRACE_LINK).click()
     assert "Answer now, then." in page.content()
+    page.goto(f"{live_server.url}/traces/{trace.trace_id}/")  # the stopped turn's trace
+    assert "cancelled" in page.locator("main").inner_text()
     assert_stayed_local(page, live_server)
 
 
