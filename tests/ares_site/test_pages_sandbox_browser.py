@@ -34,6 +34,21 @@ ANSWER_TEXT, FACTS, TRACE_LINK = (
 )
 
 
+def llm_sandbox(
+    page: Any, live_server: Any, settings: Any, fake_llm: FakeLlm, agent: Agent | None = None
+) -> None:
+    """Open the sandbox on the LLM path of the agent (math-tutor), at the fake model."""
+    settings.ARES_LLM_BASE_URL = fake_llm.base_url
+    settings.ARES_LLM_MODEL = "fake-model"
+    agent = (
+        agent
+        or Agent.objects.get_or_create(name="math-tutor", defaults={"tools": ["calculator"]})[0]
+    )
+    page.goto(f"{live_server.url}/sandbox/")
+    page.select_option("#id_agent", agent.name)
+    page.select_option("#id_mode", "llm")
+
+
 def test_the_planner_path_runs_without_an_llm(
     staff_page: Any,
     live_server: Any,
@@ -75,19 +90,15 @@ def test_the_scripted_llm_path_shows_turns_calls_and_hostile_text_as_text(
     fake_llm: FakeLlm,
     screenshot: Callable[[Any, str], Path],
 ) -> None:
-    settings.ARES_LLM_BASE_URL = fake_llm.base_url
-    settings.ARES_LLM_MODEL = "fake-model"
     settings.ARES_LLM_STREAM = True
-    Agent.objects.create(name="math-tutor", tools=["calculator", "string_utils"])
+    tutor = Agent.objects.create(name="math-tutor", tools=["calculator", "string_utils"])
     fake_llm.script(
         calls(("calculator", {"expression": "6*7"}, "call_a"),
               ("string_utils", {"operation": "lower", "text": HOSTILE}, "call_b")),
         say(f"6*7 = 42. The text was {HOSTILE}"),
     )  # fmt: skip
     page = staff_page
-    page.goto(f"{live_server.url}/sandbox/")
-    page.select_option("#id_agent", "math-tutor")
-    page.select_option("#id_mode", "llm")
+    llm_sandbox(page, live_server, settings, fake_llm, tutor)
     page.fill("#id_message", "what is 6*7, and lower-case this text")
     page.click("#send-button")
     page.wait_for_selector(ANSWER, timeout=30_000)
@@ -119,14 +130,10 @@ def test_a_stubborn_model_spiral_ends_with_the_planners_answer(
     default_rules: None,
     screenshot: Callable[[Any, str], Path],
 ) -> None:
-    settings.ARES_LLM_BASE_URL = fake_llm.base_url
-    settings.ARES_LLM_MODEL = "fake-model"
-    Agent.objects.create(name="stubborn", tools=["calculator"])
+    stubborn = Agent.objects.create(name="stubborn", tools=["calculator"])
     fake_llm.always(call("calculator", {"expression": 123}))  # the same bad call, forever
     page = staff_page
-    page.goto(f"{live_server.url}/sandbox/")
-    page.select_option("#id_agent", "stubborn")
-    page.select_option("#id_mode", "llm")
+    llm_sandbox(page, live_server, settings, fake_llm, stubborn)
     page.fill("#id_message", "what is 6*7?")
     page.click("#send-button")
     page.wait_for_selector(ANSWER, timeout=30_000)
@@ -150,14 +157,10 @@ def test_active_discovery_with_a_direct_call_shows_the_planners_answer(
     fake_llm: FakeLlm,
     default_rules: None,
 ) -> None:
-    settings.ARES_LLM_BASE_URL = fake_llm.base_url
-    settings.ARES_LLM_MODEL = "fake-model"
-    Agent.objects.create(name="finder", tools=["calculator"], discovery="active")
+    finder = Agent.objects.create(name="finder", tools=["calculator"], discovery="active")
     fake_llm.always(call("calculator", {"expression": "6*7"}))  # never asks for tools
     page = staff_page
-    page.goto(f"{live_server.url}/sandbox/")
-    page.select_option("#id_agent", "finder")
-    page.select_option("#id_mode", "llm")
+    llm_sandbox(page, live_server, settings, fake_llm, finder)
     page.fill("#id_message", "what is 6*7?")
     page.click("#send-button")
     page.wait_for_selector(ANSWER, timeout=30_000)
@@ -197,16 +200,6 @@ def test_the_workflow_path_runs_a_saved_workflow_without_asking_for_a_message(
 
 
 # A conversation, and stopping a task ---------------------------------------------------------
-
-
-def llm_sandbox(page: Any, live_server: Any, settings: Any, fake_llm: FakeLlm) -> None:
-    """Open the sandbox on the LLM path of agent math-tutor, at the fake model."""
-    settings.ARES_LLM_BASE_URL = fake_llm.base_url
-    settings.ARES_LLM_MODEL = "fake-model"
-    Agent.objects.get_or_create(name="math-tutor", defaults={"tools": ["calculator"]})
-    page.goto(f"{live_server.url}/sandbox/")
-    page.select_option("#id_agent", "math-tutor")
-    page.select_option("#id_mode", "llm")
 
 
 def send(page: Any, message: str) -> Any:
