@@ -4,7 +4,6 @@ the sandbox chat."""
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from django.conf import settings
@@ -24,9 +23,7 @@ from planner_app.pipeline.ruleset import RuleSet
 from planner_app.services import plan_request, recent_evidence
 from tools_app.engine import CallContext
 from tools_app.runtime import get_engine
-from traces_app.schemas import TRACE_ID_PATTERN
-
-TRACE_ID = re.compile(TRACE_ID_PATTERN)
+from traces_app.schemas import is_trace_id
 
 MAX_REQUEST_CHARS = 4000
 
@@ -225,9 +222,10 @@ def sandbox_run(request: HttpRequest) -> HttpResponse:
 def sandbox_stop(request: HttpRequest) -> HttpResponse:
     """Ask for a running sandbox task to stop; its stream says when it has (202)."""
     trace_id = request.POST.get("trace_id", "")
-    if not TRACE_ID.fullmatch(trace_id):
+    if not is_trace_id(trace_id):
         return JsonResponse(
             {"error": "trace_id must be the 32 hex digits of the task's trace."}, status=400
         )
+    trace_id = trace_id.lower()  # as the sandbox makes them
     sandbox.request_stop(trace_id, request.user.get_username())
     return JsonResponse({"trace_id": trace_id, "stop": "requested"}, status=202)

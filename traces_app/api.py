@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from datetime import timedelta
 from typing import Annotated, Any, Literal
@@ -30,7 +29,6 @@ from traces_app.models import (
 )
 from traces_app.paging import NEWEST_FIRST, BadCursor, SortKey, keyset_page
 from traces_app.schemas import (
-    TRACE_ID_PATTERN,
     BatchOut,
     CountOut,
     FieldError,
@@ -44,6 +42,7 @@ from traces_app.schemas import (
     TraceDetailOut,
     TraceListItemOut,
     field_errors,
+    is_trace_id,
 )
 from traces_app.scores import SCORE_FILTER_PATTERN, scores_matching
 from traces_app.services import Refused, record_invocations
@@ -409,15 +408,11 @@ def count_traces(request: HttpRequest, filters: Query[TraceFilter]) -> dict[str,
     summary="One trace with its spans",
 )
 def get_trace(request: HttpRequest, trace_id: str) -> Trace:
-    if not _is_trace_id(trace_id):
+    if not is_trace_id(trace_id):
         raise HttpError(422, "trace_id must be 32 hex characters")
     trace = get_object_or_404(Trace, trace_id=trace_id.lower())
     trace.spans = list(trace.invocations.order_by("started_at", "pk"))
     return trace
-
-
-def _is_trace_id(value: str) -> bool:
-    return re.fullmatch(TRACE_ID_PATTERN, value) is not None
 
 
 @router.get(

@@ -34,6 +34,11 @@ MAX_LATENCY_MS = 7 * 24 * 3600 * 1000.0
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 
 
+def is_trace_id(value: str) -> bool:
+    """Return whether value is a trace id: 32 hex digits, nothing around them."""
+    return re.fullmatch(TRACE_ID_PATTERN, value) is not None
+
+
 def _hex_id(value: str, what: str) -> str:
     value = value.lower()
     if set(value) == {"0"}:

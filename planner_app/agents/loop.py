@@ -57,13 +57,14 @@ from planner_app.agents.llm.messages import (
     Usage,
 )
 from planner_app.agents.stopping import (
+    CANCELLED,
     STOPPED_ANSWER,
-    STOPPED_BY,
     STOPPED_REASON,
     Stopped,
     call_unless_stopped,
     check_stop,
     is_stopped,
+    mark_stopped,
 )
 from planner_app.agents.token_budget import TokenBudget
 from planner_app.discovery.requests import (
@@ -347,7 +348,7 @@ class TaskRecords:
             arguments["usage_estimated"] = reply.usage.estimated
             span["result"] = {"content": reply.content, "finish_reason": reply.finish_reason}
         elif isinstance(error, Stopped):
-            span.update(status="error", error_kind="cancelled", error_message=STOPPED_BY)
+            mark_stopped(span)
         else:
             kind = "tools_not_supported" if isinstance(error, ToolsNotSupported) else "llm_error"
             span.update(status="error", error_kind=kind, error_message=str(error))
@@ -427,7 +428,7 @@ class _Task(TaskRecords):
         try:
             return self._run(messages, tool_choice)
         except Stopped:
-            return self._finish(self._what_we_have(STOPPED_ANSWER), "cancelled", self.iteration)
+            return self._finish(self._what_we_have(STOPPED_ANSWER), CANCELLED, self.iteration)
 
     def _run(self, messages: list[Message], tool_choice: str) -> LoopResult:
         self.request = next((m.content for m in reversed(messages) if m.role == "user"), "")
@@ -1002,8 +1003,8 @@ class _Task(TaskRecords):
         }
         if reason == "error":
             span.update(status="error", error_kind="llm_error", error_message=self.error)
-        elif reason == "cancelled":
-            span.update(status="error", error_kind="cancelled", error_message=STOPPED_BY)
+        elif reason == CANCELLED:
+            mark_stopped(span)
         self.store([span])
 
 

@@ -56,11 +56,12 @@ from planner_app.agents.replan import (
 )
 from planner_app.agents.run import chat_model, record_spans
 from planner_app.agents.stopping import (
+    CANCELLED,
     STOPPED_ANSWER,
-    STOPPED_BY,
     Stopped,
     call_unless_stopped,
     check_stop,
+    mark_stopped,
 )
 from planner_app.bridge import BridgeResult
 from planner_app.models import Agent
@@ -247,7 +248,7 @@ class _PlanTask(TaskRecords):
             content = STOPPED_ANSWER + (
                 f" Where the task stood:\n{self.so_far}" if self.so_far else ""
             )
-            return self._finish(content, "cancelled", None)
+            return self._finish(content, CANCELLED, None)
 
     def _run(self, request: str, replan: ReplanSettings, session_id: str) -> PlanAgentResult:
         prompt = plan_prompt(self.agent, self.tools)
@@ -400,8 +401,8 @@ class _PlanTask(TaskRecords):
         }
         if error:
             span.update(status="error", error_kind="llm_error", error_message=error)
-        elif reason == "cancelled":
-            span.update(status="error", error_kind="cancelled", error_message=STOPPED_BY)
+        elif reason == CANCELLED:
+            mark_stopped(span)
         self.store([span])
         self.emit(Final(content, reason, self.trace_id, self.drafts,
                         self.usage.input_tokens, self.usage.output_tokens))  # fmt: skip

@@ -31,6 +31,7 @@ from planner_app.agents.loop import (
 )
 from planner_app.agents.plan_agent import PlanDrafted, finished_event, run_plan_agent, watch_steps
 from planner_app.agents.run import llm_problem, run_agent
+from planner_app.agents.stopping import CANCELLED
 from planner_app.models import Agent, Workflow, WorkflowRun
 from planner_app.workflows.runs import execute_run
 from tools_app.engine import CallContext
@@ -44,7 +45,6 @@ MODES = {
     "workflow": "Run a workflow (path 3)",
 }
 LLM_MODES = frozenset({"llm", "replan"})
-CANCELLED = "cancelled"  # the finish_reason of a task that was stopped
 
 Send = Callable[[LoopEvent], None]
 

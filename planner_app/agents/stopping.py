@@ -11,15 +11,22 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tools_app.engine import STOP_POLL_S
+from tools_app.specs import ErrorKind
 
 T = TypeVar("T")
 
 STOPPED_REASON = "the task was stopped"
 STOPPED_ANSWER = "Stopped before the model answered."
-STOPPED_BY = "stopped by its caller"  # the agent span's error message
+STOPPED_BY = "stopped by its caller"  # the span's error message
+CANCELLED = "cancelled"  # the finish_reason of a task that was stopped
+
+
+def mark_stopped(span: dict[str, Any]) -> None:
+    """Mark a span (the task's, or the model call it cut short) as ended by a stop."""
+    span.update(status="error", error_kind=str(ErrorKind.CANCELLED), error_message=STOPPED_BY)
 
 
 class Stopped(Exception):

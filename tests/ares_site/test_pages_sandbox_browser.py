@@ -15,7 +15,7 @@ import pytest
 from planner_app.models import Agent, Workflow
 from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app import conftest as planner_fixtures
-from tests.planner_app.fake_llm import FakeLlm, call, calls, say
+from tests.planner_app.fake_llm import FakeLlm, call, calls, held, say
 from traces_app.models import Invocation, Trace
 
 pytestmark = pytest.mark.browser
@@ -266,12 +266,7 @@ def test_a_conversation_sends_its_earlier_turns_and_a_new_one_starts_clean(
 def thinking(fake_llm: FakeLlm) -> threading.Event:
     """Script a model that thinks until the returned event is set (at most 30 s)."""
     release = threading.Event()
-
-    def slow(body: dict[str, Any]) -> dict[str, Any]:
-        release.wait(30)
-        return say("too late")
-
-    fake_llm.script(slow, say("Here again, and answering."))
+    fake_llm.script(held(release, say("too late")), say("Here again, and answering."))
     return release
 
 

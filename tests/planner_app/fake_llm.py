@@ -43,6 +43,16 @@ def calls(*items: tuple[str, Any, str | None], **extra: Any) -> Reply:
     return {"content": extra.pop("content", ""), "tool_calls": tool_calls, **extra}
 
 
+def held(release: threading.Event, reply: Reply) -> Callable[[dict[str, Any]], Reply]:
+    """A reply from a model that thinks until `release` is set (at most 30 s)."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        release.wait(30)
+        return reply
+
+    return answer
+
+
 def fail(status: int, message: str) -> Reply:
     """An error response, shaped like OpenAI's (and vLLM's, Ollama's) error bodies."""
     return {"error": {"status": status, "message": message}}

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from planner_app.models import Agent, SandboxStop, Workflow, WorkflowRun
 from tests.planner_app.conftest import Gate
-from tests.planner_app.fake_llm import FakeLlm, call, fail, say
+from tests.planner_app.fake_llm import FakeLlm, call, fail, held, say
 from tools_app.models import McpServer
 from traces_app.models import Invocation, Trace
 
@@ -451,12 +451,7 @@ def frames(response: Any) -> Iterator[dict[str, Any]]:
 def thinking_model(fake_llm: FakeLlm) -> threading.Event:
     """Script a model that thinks until the returned event is set (or 30 s pass)."""
     release = threading.Event()
-
-    def slow(body: dict[str, Any]) -> dict[str, Any]:
-        release.wait(30)
-        return say("too late")
-
-    fake_llm.script(slow)
+    fake_llm.script(held(release, say("too late")))
     return release
 
 

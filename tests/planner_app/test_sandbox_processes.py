@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 
 from planner_app.models import Agent, SandboxStop
 from tests.conftest import subprocess_env
-from tests.planner_app.fake_llm import FakeLlm, say
+from tests.planner_app.fake_llm import FakeLlm, held, say
 from tests.traces_app.test_unavailable_db import gunicorn_client
 from traces_app.models import Invocation
 
@@ -47,12 +47,7 @@ def test_a_stop_served_by_another_worker_stops_the_task(tmp_path: Path, fake_llm
     get_user_model().objects.create_user("operator", password=PASSWORD, is_staff=True)
     Agent.objects.create(name="math-tutor", tools=["calculator"])
     release = threading.Event()
-
-    def thinking(body: dict[str, Any]) -> dict[str, Any]:
-        release.wait(30)
-        return say("too late")
-
-    fake_llm.script(thinking)
+    fake_llm.script(held(release, say("too late")))
     env = subprocess_env(
         ARES_LLM_BASE_URL=fake_llm.base_url, ARES_LLM_MODEL="fake-model", DATABASE_CONN_MAX_AGE="0"
     )
