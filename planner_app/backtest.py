@@ -92,6 +92,11 @@ class Change:
 
 @dataclass
 class BacktestReport:
+    """What changes from the rules `before` to the rules `after` (version 0: a draft).
+
+    Every label reads in that one direction: "newly planned" is planned after, not before.
+    """
+
     before_version: int
     after_version: int
     total: int = 0
@@ -125,8 +130,8 @@ def backtest(
     registry: ToolRegistry,
     evidence_of: EvidenceSource = no_evidence,
 ) -> BacktestReport:
-    """Plan each request under both rule sets; report those whose capabilities, goal, tool or
-    arguments change."""
+    """Plan each request under the rules `before` and `after`; report those whose capabilities,
+    goal, tool or arguments change from the one to the other."""
     planner = Planner()
     report = BacktestReport(before.version, after.version, total=len(requests))
     for request in requests:
@@ -135,6 +140,17 @@ def backtest(
         if old != new and (old.needs_llm != new.needs_llm or Change(request, old, new).aspects):
             report.changes.append(Change(request, old, new))
     return report
+
+
+def in_order(current: RuleSet, other: RuleSet) -> tuple[RuleSet, RuleSet]:
+    """Return (before, after): an older version comes before the current rules, a draft after.
+
+    A backtest reads old -> new, so an edit that loses a plan shows as "newly needs the
+    LLM" whichever rule set the operator picked to compare with.
+    """
+    if other.version == 0 or other.version > current.version:  # 0: a draft, a change to come
+        return current, other
+    return other, current
 
 
 def previous_version(current: int) -> int | None:

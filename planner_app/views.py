@@ -153,14 +153,12 @@ def backtest_rules(request: HttpRequest) -> HttpResponse:
     if error:
         context["error"] = error
         return render(request, "planner_app/backtest.html", context, status=400)
+    before, after = backtest.in_order(current, other)
     context["report"] = backtest.backtest(
-        backtest.recent_requests(limit),
-        current,
-        other,
-        get_engine().registry,
-        recent_evidence,
+        backtest.recent_requests(limit), before, after, get_engine().registry, recent_evidence
     )
-    context["other_label"] = label
+    labels = {current.version: f"v{current.version}", other.version: label}
+    context["before_label"], context["after_label"] = labels[before.version], labels[after.version]
     return render(request, "planner_app/backtest.html", context)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -58,19 +59,16 @@ def test_it_lists_exactly_the_requests_whose_choice_changed(
 ) -> None:
     record_requests(*REQUESTS)
     old_version = disable_base64_rule(django_capture_on_commit_callbacks)
-    report = backtest.backtest(
-        backtest.recent_requests(),
-        current_ruleset(),
-        backtest.version_ruleset(old_version),
-        get_engine().registry,
-    )
+    before, after = backtest.in_order(current_ruleset(), backtest.version_ruleset(old_version))
+    report = backtest.backtest(backtest.recent_requests(), before, after, get_engine().registry)
+    assert (report.before_version, report.after_version) == (old_version, old_version + 1)
     assert report.total == 4
     assert [change.request for change in report.changes] == ["base64 encode hello"]
     change = report.changes[0]
-    assert change.kind == "newly planned"  # the old version still plans it
-    assert change.before.needs_llm and change.after.tools == ("hash_tool",)
+    assert change.kind == "newly needs the LLM"  # the old version planned it, the new does not
+    assert change.before.tools == ("hash_tool",) and change.after.needs_llm
     assert current_ruleset().version == old_version + 1
-    assert (report.changed, report.newly_planned, report.newly_needs_llm) == (1, 1, 0)
+    assert (report.changed, report.newly_planned, report.newly_needs_llm) == (1, 0, 1)
 
 
 def test_it_backtests_a_draft_against_the_current_rules(default_rules: None) -> None:
@@ -184,3 +182,53 @@ def test_it_compares_with_the_previous_version_by_default(
     page = admin_client.get("/planner/backtest").content.decode()
     assert f'<option value="{before}" selected>' in page
     assert f'<option value="{before + 1}">' in page
+
+
+def edit_sum_en_keywords(client: Any, keywords: str) -> None:
+    """Save the 'sum-en' rule's keywords through the admin, as an operator does."""
+    rule = IntentRule.objects.get(name="sum-en")
+    form = {
+        "name": rule.name, "keywords": keywords, "patterns": "", "language": rule.language,
+        "capabilities": [c.pk for c in rule.capabilities.all()], "goal": rule.goal,
+        "priority": rule.priority, "enabled": "on",
+    }  # fmt: skip
+    response = client.post(f"/admin/planner_app/intentrule/{rule.pk}/change/", form)
+    assert response.status_code == 302
+
+
+def run_default_backtest(client: Any) -> str:
+    """Open the backtest page and run it with what it proposes; return the result page."""
+    page = client.get("/planner/backtest").content.decode()
+    selected = re.search(r'<option value="(\d+)" selected>', page).group(1)
+    response = client.post("/planner/backtest", {"version": selected, "limit": "200"})
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def card(page: str, name: str) -> str:
+    return re.search(rf'id="{name}">([^<]*)<', page).group(1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_shows_a_removed_keyword_as_a_lost_plan(default_rules: None, admin_client: Any) -> None:
+    record_requests("what is 1250 plus 370")
+    edit_sum_en_keywords(admin_client, "sum, add, total")
+    page = run_default_backtest(admin_client)
+    current = current_ruleset().version
+    assert f"from v{current - 1} (before) to v{current} (after, current)" in page
+    assert (card(page, "newly-planned"), card(page, "newly-needs-llm")) == ("0", "1")
+    row = re.search(r'<td class="request">what is 1250 plus 370</td><td>([^<]*)</td>', page)
+    assert row.group(1) == "newly needs the LLM"
+    before, after = re.findall(r'<td class="(?:before|after)">(.*?)</td>', page, re.S)
+    assert "calculator" in before and "needs the LLM" in after
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_shows_an_added_keyword_as_a_gained_plan(default_rules: None, admin_client: Any) -> None:
+    record_requests("what is 1250 plus 370")
+    edit_sum_en_keywords(admin_client, "sum, add, total")
+    edit_sum_en_keywords(admin_client, "sum, add, plus, total")
+    page = run_default_backtest(admin_client)
+    assert (card(page, "newly-planned"), card(page, "newly-needs-llm")) == ("1", "0")
+    row = re.search(r'<td class="request">what is 1250 plus 370</td><td>([^<]*)</td>', page)
+    assert row.group(1) == "newly planned"

@@ -131,12 +131,17 @@ def test_it_lists_a_request_changed_by_a_rule_change(
     staff_page.click("#backtest-button")
     assert staff_page.locator("#total").inner_text() == "3"
     assert staff_page.locator("#changed").inner_text() == "1"
-    assert staff_page.locator("#newly-planned").inner_text() == "1"
+    # Read old -> new: disabling the rule lost the plan.
+    assert staff_page.locator("#newly-planned").inner_text() == "0"
+    assert staff_page.locator("#newly-needs-llm").inner_text() == "1"
+    assert f"from v{old} (before) to v{old + 1} (after, current)" in (
+        staff_page.locator("#direction").inner_text()
+    )
     row = staff_page.locator("#changes tbody tr").first.locator("td").all_inner_texts()
-    assert row[:2] == ["base64 encode hello", "newly planned"]
-    assert row[2].splitlines() == ["no capability; goal: —", "needs the LLM: " + NO_RULE]
-    assert row[3].splitlines()[0] == "Base64; goal: encode or decode"
-    assert row[3].splitlines()[1].startswith("hash_tool {")
+    assert row[:2] == ["base64 encode hello", "newly needs the LLM"]
+    assert row[2].splitlines()[0] == "Base64; goal: encode or decode"
+    assert row[2].splitlines()[1].startswith("hash_tool {")
+    assert row[3].splitlines() == ["no capability; goal: —", "needs the LLM: " + NO_RULE]
     assert (
         "1 capability, 1 goal, 1 tool, 0 arguments" in staff_page.locator("#by-aspect").inner_text()
     )
