@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner_app.pipeline.planner import Plan
+from planner_app.pipeline.resolution import NOT_ALLOWED
 from planner_app.services import plan_request
 from tools_app.engine import CallContext
 from tools_app.runtime import get_engine
@@ -103,29 +104,22 @@ def _run_plan(
 ) -> BridgeResult:
     """Plan from the request and run its steps in order, each through the engine.
 
-    Only tools the caller may use are planned: a step the engine would refuse
-    (permission_denied) is left out rather than recorded as the planner's doing.
+    Only tools the caller may use are planned (context.allowed_tools): the planner chooses
+    among them, and the warnings say which others it passed over for that.
     """
-    plan = plan_request(request)
+    plan = plan_request(request, context.allowed_tools)
     steps = [step for step in plan.steps if step.tool != exclude]
-    allowed = context.allowed_tools
-    refused = sorted(
-        {step.tool for step in steps if allowed is not None and step.tool not in allowed}
-    )
-    steps = [step for step in steps if step.tool not in refused]
     if not steps:
-        if refused:
-            reason = f"the plan needs {', '.join(refused)}, which the caller may not use"
-        elif exclude and not plan.needs_llm:
+        if exclude and not plan.needs_llm:
             reason = f"the plan offers nothing but {exclude}"
         else:
             reason = plan.reason or "no step matched the request"
         error = ToolError(ErrorKind.NOT_FOUND, f"the planner found no tool: {reason}")
         return BridgeResult(path, [ToolResult("", "", False, error=error, text=error.message)],
-                            plan)  # fmt: skip
+                            plan, passed_over(plan))  # fmt: skip
     planned = replace(context, chosen_by="planner")
     engine = get_engine()
-    outcome = BridgeResult(path, plan=plan)
+    outcome = BridgeResult(path, plan=plan, warnings=passed_over(plan))
     for step in steps:
         result = engine.execute(
             ToolCall(step.tool, step.arguments, call_id or step.step_id), planned
@@ -135,3 +129,12 @@ def _run_plan(
         if not result.success:
             break
     return outcome
+
+
+def passed_over(plan: Plan) -> list[str]:
+    """Return a sentence for each tool the plan left out because its caller may not use it."""
+    return [
+        f"{entry['tool']} passed over for {entry['capability']}: {NOT_ALLOWED}"
+        for entry in plan.explanation.get("rejected", [])
+        if entry.get("why") == NOT_ALLOWED
+    ]

@@ -32,7 +32,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from planner_app.agents.loop import LoopEvent
-from planner_app.agents.sandbox import SandboxTask, run_sandbox_task
+from planner_app.agents.sandbox import SandboxTask, finished_sentence, run_sandbox_task
 from planner_app.models import SandboxStop
 from tools_app.registry import ToolRegistry
 from tools_app.runtime import get_engine
@@ -143,6 +143,8 @@ def run_task(task: SandboxTask, emit: Emit) -> None:
         payload = with_links(event.as_dict(), registry)
         if payload["type"] == "started":
             payload["session_id"] = task.session_id
+        elif payload["type"] == "final":
+            payload["finished"] = finished_sentence(payload["finish_reason"])
         emit(payload)
 
     run_sandbox_task(task, send)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Collection
 
 from django.conf import settings
 
@@ -64,6 +65,11 @@ def _scores_of(
     return tuple(tuple(scores) for scores in found.values())
 
 
-def plan_request(request: str) -> Plan:
-    """Return the plan for a request under the current rules and recorded evidence."""
-    return _planner.plan(request, get_engine().registry, current_ruleset(), recent_evidence)
+def plan_request(request: str, allowed_tools: Collection[str] | None = None) -> Plan:
+    """Return the plan for a request under the current rules and recorded evidence.
+
+    `allowed_tools` (None: any) limits the plan to the tools its caller may use.
+    """
+    return _planner.plan(
+        request, get_engine().registry, current_ruleset(), recent_evidence, allowed_tools
+    )

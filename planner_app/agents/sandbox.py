@@ -36,6 +36,7 @@ from planner_app.models import Agent, Workflow, WorkflowRun
 from planner_app.workflows.runs import execute_run
 from tools_app.engine import CallContext
 from tools_app.runtime import get_engine
+from tools_app.specs import ToolResult
 
 SANDBOX_AGENT = "sandbox"
 MODES = {
@@ -45,6 +46,22 @@ MODES = {
     "workflow": "Run a workflow (path 3)",
 }
 LLM_MODES = frozenset({"llm", "replan"})
+# What the page says of each finish reason (the loop's, plan-execute-replan's, a workflow
+# run's status), so the reader never has to decode "stop".
+FINISHED = {
+    "stop": "Answered",
+    "planner_answer": "Answered by the planner: the model gave no answer of its own",
+    "spiral_breaker": "Answered after a failure spiral was broken",
+    "no_answer": "The model gave no answer",
+    "max_iterations": "Reached the step limit",
+    "budget": "Reached the token budget",
+    "discovery_exhausted": "Found no tool for what the model asked for",
+    "max_replans": "Reached the replanning limit: answered from what ran",
+    "error": "Ended with an error",
+    CANCELLED: "Stopped by you",
+    "partial_failure": "Some steps failed",
+    "failed": "The workflow failed",
+}
 
 Send = Callable[[LoopEvent], None]
 
@@ -74,6 +91,30 @@ def sandbox_agent(agent: Agent | None) -> Agent:
 def llm_problem_of(agent: Agent | None) -> str | None:
     """Return why the LLM modes cannot run for this choice of agent, or None when they can."""
     return llm_problem(sandbox_agent(agent))
+
+
+def finished_sentence(finish_reason: str) -> str:
+    """Return what the page says of a finish reason: a sentence, never the bare slug."""
+    return FINISHED.get(finish_reason) or finish_reason.replace("_", " ").capitalize()
+
+
+def answer_line(result: ToolResult) -> str:
+    """Return one planned call's answer as a person reads it.
+
+    An MCP tool's answer is its text content, shown as text: its data also holds the raw
+    content blocks, and JSON of that escapes every quote and newline of the text.
+    """
+    if not result.success:
+        return result.text
+    data = result.data
+    if str(result.metadata.get("ran_on", "")).startswith("mcp:") and isinstance(data, dict):
+        shown = data.get("text") or json.dumps(data.get("structured"), ensure_ascii=False)
+    elif isinstance(data, str):
+        shown = data
+    else:
+        shown = json.dumps(data, ensure_ascii=False, default=str)
+    separator = "\n" if "\n" in shown else " "  # a text of many lines starts on its own
+    return f"{result.tool}:{separator}{shown}"
 
 
 def run_sandbox_task(task: SandboxTask, send: Send) -> None:
@@ -119,6 +160,8 @@ def _run_planner(task: SandboxTask, send: Send) -> None:
                           request_text=task.message, chosen_by="planner",
                           allowed_tools=allowed, stop=task.stop)  # fmt: skip
     outcome = bridge.execute(None, None, task.message, context)
+    for warning in outcome.warnings:  # the tools passed over: the agent may not use them
+        send(Notice(warning))
     arguments: dict[str, Any] = {}
     if outcome.plan is not None:
         plan = outcome.plan
@@ -135,12 +178,7 @@ def _run_planner(task: SandboxTask, send: Send) -> None:
             continue
         send(ToolStarted(result.call_id, result.tool, arguments.get(result.call_id), PATH_PLANNER))
         send(finished_event(result.call_id, result, PATH_PLANNER))
-    answer = "\n".join(
-        f"{result.tool}: {json.dumps(result.data, ensure_ascii=False, default=str)}"
-        if result.success
-        else result.text
-        for result in outcome.results
-    )
+    answer = "\n".join(answer_line(result) for result in outcome.results)
     reason = "stop" if outcome.success else CANCELLED if task.stop.is_set() else "error"
     send(Final(answer, reason, task.trace_id, 0, 0, 0))
 

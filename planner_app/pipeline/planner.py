@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from planner_app.pipeline.analysis import Intent, SemanticAnalyzer
 from planner_app.pipeline.extraction import extract_arguments
 from planner_app.pipeline.planning import CapabilityPlanner
-from planner_app.pipeline.resolution import DISABLED, ToolResolver
+from planner_app.pipeline.resolution import DISABLED, NOT_ALLOWED, ToolResolver
 from planner_app.pipeline.ruleset import RuleSet
 from planner_app.pipeline.scoring import EvidenceSource, Score, ToolScorer
 from tools_app.registry import ToolRegistry
@@ -77,6 +78,24 @@ def _same_call(step: PlanStep, steps: list[PlanStep]) -> PlanStep | None:
     return next((s for s in steps if (s.tool, s.arguments) == (step.tool, step.arguments)), None)
 
 
+def _none_allowed(
+    capability: str, explanation: dict[str, Any], allowed_tools: Collection[str] | None
+) -> str | None:
+    """Return why no tool the caller may use serves the capability, or None if not that."""
+    passed_over = [
+        entry["tool"]
+        for entry in explanation["rejected"]
+        if entry.get("capability") == capability and entry["why"] == NOT_ALLOWED
+    ]
+    if allowed_tools is None or not passed_over:
+        return None
+    may_use = ", ".join(sorted(allowed_tools)) or "none"
+    return (
+        f"no tool the caller may use offers {capability} ({', '.join(passed_over)} would, "
+        f"but the caller may not use them; it may use: {may_use})"
+    )
+
+
 def no_evidence(tool: str, window: int) -> None:
     """An evidence source that knows nothing: every tool gets the defaults."""
     return None
@@ -101,8 +120,13 @@ class Planner:
         registry: ToolRegistry,
         ruleset: RuleSet,
         evidence_of: EvidenceSource = no_evidence,
+        allowed_tools: Collection[str] | None = None,
     ) -> Plan:
-        """Return the plan for a request; needs_llm with a reason when it cannot make one."""
+        """Return the plan for a request; needs_llm with a reason when it cannot make one.
+
+        `allowed_tools` (None: any) are the tools the caller may use: the plan chooses
+        among them alone, and says which others it passed over for that.
+        """
         intent = self.analyzer.analyze(request, ruleset)
         capability_plan = self.capability_planner.plan(intent.capabilities, ruleset)
         explanation: dict[str, Any] = {
@@ -123,15 +147,14 @@ class Planner:
             return plan
         step_of: dict[str, str] = {}
         for capability in capability_plan.required:
-            scores = self._ranked(capability, registry, ruleset, evidence_of, explanation)
+            scores = self._ranked(
+                capability, registry, ruleset, evidence_of, explanation, allowed_tools
+            )
             if not scores:
                 why = self._disabled_step(capability, request, registry, explanation)
-                explanation["rejected"].append(
-                    {
-                        "capability": capability,
-                        "why": why or "no registered, enabled tool offers it",
-                    }
-                )
+                why = why or _none_allowed(capability, explanation, allowed_tools)
+                why = why or "no registered, enabled tool offers it"
+                explanation["rejected"].append({"capability": capability, "why": why})
                 continue
             step_id = f"step_{len(plan.steps) + 1}"
             step = self._step(step_id, capability, scores, request, registry, explanation)
@@ -168,8 +191,9 @@ class Planner:
         ruleset: RuleSet,
         evidence_of: EvidenceSource,
         explanation: dict[str, Any],
+        allowed_tools: Collection[str] | None,
     ) -> list[Score]:
-        candidates, rejected = self.resolver.resolve(capability, registry, ruleset)
+        candidates, rejected = self.resolver.resolve(capability, registry, ruleset, allowed_tools)
         for tool, why in rejected:
             explanation["rejected"].append({"capability": capability, "tool": tool, "why": why})
         scores = sorted(

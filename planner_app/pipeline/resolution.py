@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from planner_app.pipeline.ruleset import RuleSet
@@ -11,6 +12,9 @@ from tools_app.specs import ToolSpec
 # The engine refuses a disabled tool, so it is never a candidate; the planner still says
 # what it would have run (web_search is disabled until ARES_SEARXNG_URL names a provider).
 DISABLED = "registered but disabled"
+# A caller with an allow-list (an agent's tools) is planned only what it may call: the
+# engine would refuse the rest (permission_denied), so they are passed over, with this why.
+NOT_ALLOWED = "the caller may not use it"
 
 
 @dataclass(frozen=True)
@@ -24,12 +28,17 @@ class Candidate:
 class ToolResolver:
     """Candidates come from the operator's mappings and from what tools declare.
 
-    Only registered, enabled tools qualify. MCP tools declare no capabilities, so they
-    are candidates only when a mapping names them.
+    Only registered, enabled tools qualify, and of those only the ones the caller may use
+    (`allowed`; None: any). MCP tools declare no capabilities, so they are candidates only
+    when a mapping names them.
     """
 
     def resolve(
-        self, capability: str, registry: ToolRegistry, ruleset: RuleSet
+        self,
+        capability: str,
+        registry: ToolRegistry,
+        ruleset: RuleSet,
+        allowed: Collection[str] | None = None,
     ) -> tuple[list[Candidate], list[tuple[str, str]]]:
         """Return (candidates, rejected (tool, why)) for one capability."""
         candidates: dict[str, Candidate] = {}
@@ -40,11 +49,21 @@ class ToolResolver:
                 continue
             spec = enabled.get(mapping.tool)
             if spec is None:
-                why = DISABLED if mapping.tool in registry else "mapped but not registered"
-                rejected.append((mapping.tool, why))
+                rejected.append((mapping.tool, self._why_not(mapping.tool, registry, allowed)))
                 continue
             candidates[spec.name] = Candidate(spec, capability, "mapping", mapping.weight)
         for spec in enabled.values():
             if capability in spec.capabilities and spec.name not in candidates:
                 candidates[spec.name] = Candidate(spec, capability, "declared")
+        if allowed is not None:
+            rejected += [(name, NOT_ALLOWED) for name in candidates if name not in allowed]
+            candidates = {name: c for name, c in candidates.items() if name in allowed}
         return list(candidates.values()), rejected
+
+    @staticmethod
+    def _why_not(tool: str, registry: ToolRegistry, allowed: Collection[str] | None) -> str:
+        """Return why a mapped tool that is not enabled is no candidate."""
+        if tool not in registry:
+            return "mapped but not registered"
+        # Turning it on would not help a caller that may not use it anyway.
+        return NOT_ALLOWED if allowed is not None and tool not in allowed else DISABLED

@@ -11,6 +11,7 @@ import pytest
 from django.apps import apps
 
 from planner_app import rulesets
+from planner_app.demo import register_demo_tools
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.planner_app.fake_llm import FakeLlm
 from tools_app import runtime
@@ -107,3 +108,15 @@ def in_site_registry(specs: list[ToolSpec]) -> Iterator[None]:
     yield
     for spec in specs:
         registry.unregister(spec.name)
+
+
+@pytest.fixture
+def demo_server(settings: Any, default_rules: None) -> Iterator[None]:
+    """The demo MCP server (tools_app/mcp_demo_server.py, a real stdio child) and its
+    mappings: mcp.demo.add beside the calculator, mcp.demo.sha256 beside hash_tool."""
+    settings.ARES_TOOL_SETTINGS_CHECK_S = 0
+    settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
+    register_demo_tools()
+    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    yield
+    runtime.shutdown()  # stop the server's session: the next test's database has no row

@@ -163,6 +163,40 @@ def test_planner_only_runs_the_plan_with_badge_2(staff: Client, default_rules: N
     assert (span.tool_name, span.chosen_by, span.agent) == ("calculator", "planner", "sandbox")
 
 
+@pytest.mark.usefixtures("demo_server")
+def test_planner_only_chooses_among_the_agents_tools_and_shows_the_mcp_text_as_text(
+    staff: Client,
+) -> None:
+    Agent.objects.create(name="mcp-only", tools=["mcp.demo.add", "mcp.demo.sha256"])
+    message = {"agent": "mcp-only", "mode": "planner", "message": "what is 1250 plus 370"}
+    events = events_of(staff.post(RUN, message))
+    [notice] = of_type(events, "notice")
+    assert notice["message"] == "calculator passed over for Summation: the caller may not use it"
+    [finished] = of_type(events, "tool_finished")
+    assert (finished["tool"], finished["success"], finished["ran_on"]) == (
+        "mcp.demo.add", True, "mcp:demo",
+    )  # fmt: skip
+    final = events[-1]
+    assert (final["finish_reason"], final["finished"]) == ("stop", "Answered")
+    # The tool's text content, as text: its own lines and quotes, nothing escaped.
+    assert final["content"].startswith("mcp.demo.add:\n{\n")
+    assert '"sum": 1620' in final["content"] and "\\" not in final["content"]
+
+
+@pytest.mark.usefixtures("demo_server")
+def test_planner_only_refuses_when_none_of_the_agents_tools_serves_the_request(
+    staff: Client,
+) -> None:
+    Agent.objects.create(name="hash-only", tools=["mcp.demo.sha256"])
+    message = {"agent": "hash-only", "mode": "planner", "message": "what is 1250 plus 370"}
+    events = events_of(staff.post(RUN, message))
+    refused = of_type(events, "notice")[-1]["message"]
+    assert "no tool the caller may use offers Summation" in refused
+    assert "it may use: mcp.demo.sha256" in refused
+    assert not of_type(events, "tool_started")
+    assert (events[-1]["finish_reason"], events[-1]["finished"]) == ("error", "Ended with an error")
+
+
 def test_the_llm_agent_streams_turns_and_calls_with_badge_1(
     staff: Client, tutor: Agent, fake_llm: FakeLlm
 ) -> None:
