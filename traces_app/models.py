@@ -300,6 +300,7 @@ class SpiralKind(models.TextChoices):
 class SpiralResolution(models.TextChoices):
     GAVE_UP = "gave_up", "Gave up"
     RECOVERED = "recovered", "Recovered"
+    REPEATED = "repeated", "Repeated calls"
     PLANNER_FALLBACK = "planner_fallback", "Planner fallback"
     ONGOING = "ongoing", "Ongoing"
 

@@ -39,8 +39,11 @@ LOOP = "loop"
 
 GAVE_UP = "gave_up"
 RECOVERED = "recovered"
+REPEATED = "repeated"  # a loop of successes the agent moved on from: no failure to recover
 PLANNER_FALLBACK = "planner_fallback"
 ONGOING = "ongoing"
+# Ended by a later success of the tool: nothing is left for a spiral breaker to stop.
+ENDED_BY_SUCCESS = frozenset({RECOVERED, REPEATED})
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,9 @@ def _spiral(calls: Sequence[CallView], run: list[int], kind: str) -> SpiralView:
         last_span_id=last.span_id,
         attempts=len(run),
         error_kind=first.error_kind if kind == FAILING else _common_error_kind(spiral_calls),
-        resolution=resolution(calls, run[-1]),
+        resolution=resolution(
+            calls, run[-1], failed=any(call.status == "error" for call in spiral_calls)
+        ),
         started_at=first.started_at,
         ended_at=ended_at,
         wasted_tokens=sum(call.tokens for call in spiral_calls),
@@ -263,18 +268,19 @@ def _common_error_kind(calls: Sequence[CallView]) -> str:
     return kinds.pop() if len(kinds) == 1 else ""
 
 
-def resolution(calls: Sequence[CallView], last_index: int) -> str:
+def resolution(calls: Sequence[CallView], last_index: int, *, failed: bool = True) -> str:
     """Return how a spiral whose last call is at `last_index` ended.
 
     The first decisive later call wins: one the planner chose (planner_fallback) or a
-    success of the same tool (recovered). Without one, the spiral gave up when the tool's
-    last call in the trace failed, and is ongoing otherwise (a loop of successes).
+    success of the same tool: recovered when the spiral's calls had `failed`, repeated when
+    they all succeeded (a loop of successes is not a recovery). Without one, the spiral
+    gave up when the tool's last call in the trace failed, and is ongoing otherwise.
     """
     tool_name = calls[last_index].tool_name
     for call in calls[last_index + 1 :]:
         if call.chosen_by == "planner":
             return PLANNER_FALLBACK
         if call.tool_name == tool_name and call.status == "ok":
-            return RECOVERED
+            return RECOVERED if failed else REPEATED
     last_of_tool = [call for call in calls if call.tool_name == tool_name][-1]
     return GAVE_UP if last_of_tool.status == "error" else ONGOING

@@ -575,7 +575,11 @@ def spiral_ending(spiral: FailureSpiral, attempts: Sequence[Invocation]) -> Invo
     The same rule as traces_app.spirals.resolution: the first later call the planner
     chose, or the first later success of the same tool.
     """
-    resolved = (SpiralResolution.PLANNER_FALLBACK, SpiralResolution.RECOVERED)
+    resolved = (
+        SpiralResolution.PLANNER_FALLBACK,
+        SpiralResolution.RECOVERED,
+        SpiralResolution.REPEATED,
+    )
     if not attempts or spiral.resolution not in resolved:
         return None
     last = attempts[-1]

@@ -77,7 +77,13 @@ from planner_app.discovery.requests import (
 from tools_app.engine import CallContext, ToolEngine
 from tools_app.formatting import estimate_tokens, format_error
 from tools_app.specs import ErrorKind, ToolCall, ToolError, ToolResult, ToolSpec
-from traces_app.spirals import FAILING, RECOVERED, CallView, SpiralRule, arguments_fingerprint
+from traces_app.spirals import (
+    ENDED_BY_SUCCESS,
+    FAILING,
+    CallView,
+    SpiralRule,
+    arguments_fingerprint,
+)
 from traces_app.spirals import find_spirals as find_trace_spirals
 
 logger = logging.getLogger(__name__)
@@ -803,7 +809,7 @@ class _Task(TaskRecords):
         calls = self.services.read_calls(self.trace_id)
         for spiral in find_trace_spirals(calls, self.services.spiral_rule):
             key = (spiral.tool_name, spiral.first_span_id)
-            if key in self.handled_spirals or spiral.resolution == RECOVERED:
+            if key in self.handled_spirals or spiral.resolution in ENDED_BY_SUCCESS:
                 continue
             self.handled_spirals.add(key)
             if spiral.tool_name not in called:

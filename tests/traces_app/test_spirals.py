@@ -109,6 +109,16 @@ OK = {"status": "ok"}
             id="identical successful calls are a loop",
         ),
         pytest.param(
+            [call(**OK), call(**OK), call(**OK), call(arguments={"q": "y"}, **OK)],
+            [("loop", 3, "", "repeated")],
+            id="a loop of successes then another success is repeated calls, not a recovery",
+        ),
+        pytest.param(
+            [call(), call(error_kind="not_found"), call(), call(arguments={"q": "y"}, **OK)],
+            [("loop", 3, "", "recovered")],
+            id="a loop of failures then a success recovers",
+        ),
+        pytest.param(
             [call("job_status", **OK), call("job_status", **OK), call("job_status", **OK)],
             [],
             id="polling an allowed tool is not a loop",
@@ -258,6 +268,23 @@ def test_it_marks_a_spiral_recovered_when_a_later_call_succeeds(api) -> None:
     api.post("/invocations", json={"invocations": [success]})
 
     assert FailureSpiral.objects.get(trace_id=trace_id).resolution == "recovered"
+
+
+def test_it_labels_a_loop_of_successes_repeated_calls_not_recovered(
+    transactional_db, admin_client
+) -> None:
+    trace_id = secrets.token_hex(16)
+    same = [make_span(trace_id=trace_id, tool_name="web_search", arguments={"query": "mcp"},
+                      started_at=at_seconds(i)) for i in range(3)]  # fmt: skip
+    other = make_span(trace_id=trace_id, tool_name="web_search", arguments={"query": "a2a"},
+                      started_at=at_seconds(5))  # fmt: skip
+    record_invocations([InvocationIn.model_validate(span) for span in [*same, other]])
+
+    spiral = FailureSpiral.objects.get(trace_id=trace_id)
+    assert (spiral.kind, spiral.resolution) == ("loop", "repeated")
+    page = admin_client.get(f"/spirals/{spiral.pk}/").content.decode()
+    assert ">↻ Repeated calls</span>" in page and "Recovered" not in page
+    assert "web_search was called with other arguments" in page
 
 
 def test_it_creates_no_spiral_for_a_healthy_trace(api) -> None:
