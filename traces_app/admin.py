@@ -25,6 +25,7 @@ from traces_app.models import (
     Trace,
 )
 from traces_app.tasks import recompute_trace_totals_task
+from traces_app.templatetags.console import usd
 
 
 class ErrorKindFilter(admin.AllValuesFieldListFilter):
@@ -53,6 +54,16 @@ def pretty_json(value: Any) -> str:
     return format_html('<pre class="json">{}</pre>', text)
 
 
+def cost_display(field: str, description: str = "Cost (USD)") -> Any:
+    """Return an admin column showing a float cost as the console does (0.00867305, not ...002)."""
+
+    @admin.display(description=description, ordering=field)
+    def show(self: admin.ModelAdmin, obj: Any) -> str:
+        return usd(getattr(obj, field))
+
+    return show
+
+
 class InvocationInline(admin.TabularInline):
     model = Invocation
     extra = 0
@@ -71,12 +82,15 @@ class InvocationInline(admin.TabularInline):
 class TraceAdmin(ReadOnlyAdmin):
     list_display = ["trace_id", "started_at", "agent", "short_request", "status", "tool_calls",
                     "failed_calls", "llm_calls", "input_tokens", "output_tokens",
-                    "cost_usd"]  # fmt: skip
+                    "cost"]  # fmt: skip
     list_filter = ["status", "dialect", "started_at"]
     search_fields = ["=trace_id", "agent", "session_id", "request_text"]
     date_hierarchy = "started_at"
     inlines = [InvocationInline]
     actions = ["recompute_totals"]
+    exclude = ["cost_usd"]
+    readonly_fields = ["cost"]
+    cost = cost_display("cost_usd")
 
     @admin.display(description="Request")
     def short_request(self, trace: Trace) -> str:
@@ -99,8 +113,9 @@ class InvocationAdmin(ReadOnlyAdmin):
     search_fields = ["tool_name", "=trace__trace_id", "=span_id", "=tool_call_id", "agent"]
     date_hierarchy = "started_at"
     list_select_related = False
-    exclude = ["arguments", "result"]
-    readonly_fields = ["arguments_json", "result_json"]
+    exclude = ["arguments", "result", "cost_usd"]
+    readonly_fields = ["cost", "arguments_json", "result_json"]
+    cost = cost_display("cost_usd")
 
     @admin.display(description="Trace")
     def trace_link(self, invocation: Invocation) -> str:
@@ -124,11 +139,17 @@ class InvocationAdmin(ReadOnlyAdmin):
 @admin.register(FailureSpiral)
 class FailureSpiralAdmin(ReadOnlyAdmin):
     list_display = ["started_at", "tool_name", "kind", "error_kind", "attempts", "resolution",
-                    "wasted_tokens", "wasted_ms", "wasted_cost_usd", "trace_link"]  # fmt: skip
+                    "wasted_tokens", "wasted_ms", "wasted_cost", "trace_link"]  # fmt: skip
     list_filter = ["tool_name", "kind", "resolution", "started_at"]
     search_fields = ["tool_name", "=trace__trace_id"]
     date_hierarchy = "started_at"
-    readonly_fields = [f.name for f in FailureSpiral._meta.fields] + ["trace_link"]
+    exclude = ["wasted_cost_usd"]
+    readonly_fields = [
+        *(f.name for f in FailureSpiral._meta.fields if f.name != "wasted_cost_usd"),
+        "wasted_cost",
+        "trace_link",
+    ]
+    wasted_cost = cost_display("wasted_cost_usd", "Wasted cost (USD)")
 
     @admin.display(description="Trace")
     def trace_link(self, spiral: FailureSpiral) -> str:

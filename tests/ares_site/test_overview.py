@@ -84,7 +84,7 @@ def test_it_shows_totals_that_match_the_recorded_spans(
     assert card(response, "error-rate") == "50.0%"
     assert card(response, "tool-error-rate") == "50.0%"
     assert card(response, "tokens") == "2,220"
-    assert card(response, "cost") == "$0.03"
+    assert card(response, "cost") == "$0.034"  # six significant digits, at least cents
     tool_latencies = [span["latency_ms"] for span in spans if span["kind"] == "tool"]
     p95 = percentile_from_histogram(histogram_of(tool_latencies), 0.95)
     assert card(response, "tool-p95") == f"{p95:,.1f} ms"

@@ -237,7 +237,7 @@ def test_it_searches_sorts_and_keeps_each_request_on_one_line(
     page.click("#trace-filters a:has-text('Clear filters')")
     page.click("#traces th a.sort:has-text('Cost')")
     page.wait_for_url("**sort=-cost**")
-    assert page.locator("#traces td.cost").first.inner_text() == "3.5000"
+    assert page.locator("#traces td.cost").first.inner_text() == "3.50"
     assert page.locator("#traces th[aria-sort=descending]").inner_text().startswith("Cost")
     assert_stayed_local(page, live_server)
 

@@ -204,7 +204,7 @@ def test_it_totals_the_matching_traces(admin_client: Client, traces: dict[str, s
     html = response.content.decode()
     assert '<strong id="total-traces">3</strong>' in html
     assert '<strong id="total-cost">$1,234.75</strong>' in html
-    assert '<td class="num cost">1,234.5000</td>' in html  # the cost column, with separators
+    assert '<td class="num cost">1,234.50</td>' in html  # the cost column, with separators
     assert "1,000,000" in html
 
 
