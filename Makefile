@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install dev run serve worker test lint format bench
+.PHONY: install dev run serve worker beat test lint format bench
 
 install: $(VENV)/.installed
 
@@ -26,7 +26,14 @@ $(VENV)/.dev: $(VENV)/.installed
 	$(BIN)/pip install --quiet --progress-bar off -e '.[dev,otel-libraries]'
 	touch $@
 
-# Development server on the embedded defaults: SQLite in var/, Celery tasks inline.
+# The periodic jobs' scheduler (settings.ARES_PERIODIC_JOBS). Without CELERY_BROKER_URL it
+# runs the jobs itself; with one it sends them to the workers (`make worker`).
+BEAT := $(BIN)/celery -A ares_site beat --loglevel=WARNING
+# Start the beat in the background for the recipe line that follows, and stop it with it.
+WITH_BEAT = $(BEAT) & beat=$$!; trap 'kill $$beat 2>/dev/null' EXIT INT TERM;
+
+# Development server on the embedded defaults: SQLite in var/, Celery tasks inline, and
+# the beat beside it for the periodic jobs (retention, pending scores, recounts).
 run: install
 	@echo "== [2/4] creating the database (SQLite in var/)"
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput
@@ -35,16 +42,21 @@ run: install
 	@echo "== [4/4] the admin login, then the server"
 	DEBUG=1 $(BIN)/python manage.py ensure_admin
 	@echo "ARES Console at http://$(HOST):$(PORT)/ (admin at /admin/, API docs at /api/v1/docs)"
-	DEBUG=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
+	export DEBUG=1; $(WITH_BEAT) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
-# Production server: set SECRET_KEY (and DATABASE_URL, CELERY_BROKER_URL) first.
+# Production server, with the beat beside it: set SECRET_KEY (and DATABASE_URL,
+# CELERY_BROKER_URL) first. With a broker, run `make worker` too.
 serve: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput
-	$(BIN)/gunicorn ares_site.wsgi --config ares_site/gunicorn.conf.py --bind $(HOST):$(PORT)
+	$(WITH_BEAT) $(BIN)/gunicorn ares_site.wsgi --config ares_site/gunicorn.conf.py --bind $(HOST):$(PORT)
 
 worker: install
 	$(BIN)/celery -A ares_site worker --loglevel=INFO
+
+# The beat alone, for a deployment that runs gunicorn some other way.
+beat: install
+	$(BIN)/celery -A ares_site beat --loglevel=INFO
 
 test: dev
 	SECRET_KEY=$${SECRET_KEY:-tests-only-secret} $(BIN)/pytest $(PYTEST_ARGS)

@@ -149,32 +149,49 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")
 if CELERY_BROKER_URL and not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     raise ImproperlyConfigured(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r} must be a redis:// URL")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+# The beat connects to a broker even when its tasks run inline (eager), though it never
+# sends them: kombu's in-memory transport, which needs no server, stands in.
+CELERY_BROKER_URL = CELERY_BROKER_URL or "memory://"
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Run by `celery -A ares_site beat`: recount marked rollups every ARES_ROLLUP_BEAT_S,
-# re-scan recent traces for spirals every minute, purge old raw spans once a day.
+
+# Periodic jobs: name -> (task, every how many seconds). `celery -A ares_site beat` (which
+# `make run` and `make serve` start) runs them: inline in the beat process without a
+# broker, on the workers with one. Each runs once per period whatever the number of beats
+# (traces_app.models.JobLease). A new periodic job (the alert checks) is one more line.
 ARES_ROLLUP_BEAT_S = env_float("ARES_ROLLUP_BEAT_S", 2.0, minimum=0.5)
-CELERY_BEAT_SCHEDULE = {
-    "recount-marked-rollups": {
-        "task": "traces_app.tasks.recount_rollups_task",
-        "schedule": ARES_ROLLUP_BEAT_S,
-    },
-    "rescan-recent-spirals": {
-        "task": "traces_app.tasks.rescan_spirals_task",
-        "schedule": 60.0,
-    },
-    "settle-pending-scores": {
-        "task": "traces_app.tasks.settle_scores_task",
-        "schedule": 60.0,
-    },
-    "purge-old-invocations": {
-        "task": "traces_app.tasks.purge_invocations_task",
-        "schedule": 24 * 60 * 60.0,
-    },
+ARES_PERIODIC_JOBS: dict[str, tuple[str, float]] = {
+    "recount-marked-rollups": ("traces_app.tasks.recount_rollups_task", ARES_ROLLUP_BEAT_S),
+    "rescan-recent-spirals": (
+        "traces_app.tasks.rescan_spirals_task",
+        env_float("ARES_RESCAN_SPIRALS_EVERY_S", 60.0, minimum=0.5),
+    ),
+    "settle-pending-scores": (
+        "traces_app.tasks.settle_scores_task",
+        env_float("ARES_SETTLE_SCORES_EVERY_S", 60.0, minimum=0.5),
+    ),
+    "purge-past-retention": (
+        "traces_app.tasks.purge_past_retention_task",
+        env_float("ARES_PURGE_EVERY_S", 24 * 60 * 60.0, minimum=0.5),
+    ),
 }
+# The beat asks twice a period (at least once a minute), and the job's lease decides: a
+# period starts on a multiple of its length, so restarts and several beats change nothing.
+# A tick left unsent for longer (workers down) expires instead of piling up.
+CELERY_BEAT_SCHEDULE = {
+    job: {
+        "task": "traces_app.tasks.periodic_job_task",
+        "args": [job],
+        "schedule": min(every / 2, 60.0),
+        "options": {"expires": min(every / 2, 60.0)},
+    }
+    for job, (_, every) in ARES_PERIODIC_JOBS.items()
+}
+# The schedule is kept in memory: the leases in the database say when each job last ran.
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 
 # Ingest limits. The body limit applies after gzip decompression too.
 ARES_INGEST_MAX_BODY_BYTES = env_int("ARES_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
@@ -267,7 +284,7 @@ if ARES_ROUTER_BACKEND == "embeddings" and not ARES_ROUTER_EMBEDDING_MODEL:
 # streaming longer is killed.
 ARES_SANDBOX_TIMEOUT_S = env_int("ARES_SANDBOX_TIMEOUT_S", 110, minimum=5)
 
-# Raw spans older than this many days are purged daily; hourly tool rollups are kept.
+# Raw spans and traces older than this many days are purged daily; hourly rollups are kept.
 ARES_RETENTION_DAYS = env_int("ARES_RETENTION_DAYS", 30, minimum=1)
 # Each web process asks for a recount of marked rollups at most this often after ingest.
 ARES_ROLLUP_REFRESH_INTERVAL_S = env_int("ARES_ROLLUP_REFRESH_INTERVAL_S", 10, minimum=0)
@@ -275,7 +292,9 @@ ARES_ROLLUP_REFRESH_INTERVAL_S = env_int("ARES_ROLLUP_REFRESH_INTERVAL_S", 10, m
 # before rendering: all of them without a broker; with one, the beat (every
 # ARES_ROLLUP_BEAT_S, above) normally has, and a page steps in only if workers fall behind.
 ARES_ROLLUP_PAGE_GRACE_S = env_float(
-    "ARES_ROLLUP_PAGE_GRACE_S", 2 * ARES_ROLLUP_BEAT_S if CELERY_BROKER_URL else 0.0, minimum=0.0
+    "ARES_ROLLUP_PAGE_GRACE_S",
+    0.0 if CELERY_TASK_ALWAYS_EAGER else 2 * ARES_ROLLUP_BEAT_S,
+    minimum=0.0,
 )
 # At most this many marks a page recounts before rendering (the rest: it says so).
 ARES_ROLLUP_PAGE_RECOUNT_MAX = env_int("ARES_ROLLUP_PAGE_RECOUNT_MAX", 5000, minimum=1)

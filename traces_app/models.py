@@ -399,8 +399,8 @@ class ToolRollupManager(models.Manager):
         """Recompute (tool, hour) rollups from the raw spans in one query and upsert them.
 
         Whole buckets are recounted, never added to, so a rerun or an overlapping window
-        cannot count a span twice. Buckets older than the retention cutoff are skipped:
-        their raw spans are (being) purged, and their rollup is the only full record left.
+        cannot count a span twice. Buckets before the purge horizon are skipped: their raw
+        spans are purged, and their rollup is the only full record left.
         """
         rollups = self.count_buckets(buckets)
         self.bulk_create(
@@ -415,9 +415,9 @@ class ToolRollupManager(models.Manager):
     def count_buckets(
         self, buckets: set[tuple[str, datetime]]
     ) -> dict[tuple[str, datetime], ToolRollup]:
-        """Return (tool, hour) rollups counted from the raw spans, unsaved; none past retention."""
-        cutoff = retention_cutoff()
-        buckets = {(tool, start) for tool, start in buckets if start >= cutoff}
+        """Return (tool, hour) rollups counted from the raw spans, unsaved; none of purged hours."""
+        hours = recountable({start for _, start in buckets})
+        buckets = {(tool, start) for tool, start in buckets if start in hours}
         if not buckets:
             return {}
         now = timezone.now()
@@ -488,16 +488,42 @@ def latency_bin_sql() -> models.Case:
     )
 
 
-def within_retention(hours: Iterable[datetime]) -> set[datetime]:
-    """Return the hours not yet past the retention cutoff: the only ones ever recounted."""
-    cutoff = retention_cutoff()
-    return {hour for hour in hours if hour >= cutoff}
-
-
 def retention_cutoff() -> datetime:
     """Return the hour before which raw spans are purged (ARES_RETENTION_DAYS)."""
-    moment = timezone.now() - timedelta(days=settings.ARES_RETENTION_DAYS)
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return hour_start(timezone.now() - timedelta(days=settings.ARES_RETENTION_DAYS))
+
+
+class PurgeHorizon(models.Model):
+    """The instant from which the raw spans are complete: spans started before it were purged.
+
+    One row, moved forward by each purge before it deletes anything, and never back (not
+    even when ARES_RETENTION_DAYS grows). The rollups of hours before it are frozen: a
+    recount or a check would count what is left of their spans (none, or a late one) and
+    overwrite the only full record.
+    """
+
+    raw_spans_from = models.DateTimeField(help_text="Spans started before this were purged")
+
+    def __str__(self) -> str:
+        return f"raw spans from {self.raw_spans_from:%Y-%m-%d %H:00} UTC"
+
+
+def purge_horizon() -> datetime | None:
+    """Return the instant before which raw spans were purged, or None if none ever were."""
+    return PurgeHorizon.objects.values_list("raw_spans_from", flat=True).first()
+
+
+def recountable(hours: Iterable[datetime]) -> set[datetime]:
+    """Return the hours whose raw spans are complete (not purged): the only ones recounted."""
+    horizon = purge_horizon()
+    return {hour for hour in hours if horizon is None or hour >= horizon}
+
+
+def oldest_storable() -> datetime:
+    """Return the earliest start a new span may have: it is counted and not purged at once."""
+    horizon = purge_horizon()
+    cutoff = retention_cutoff()
+    return cutoff if horizon is None else max(cutoff, horizon)
 
 
 class ToolRollup(models.Model):
@@ -565,7 +591,7 @@ class SpanRollupManager(models.Manager):
         The hours' rows are replaced, not upserted: a span whose agent was filled in later
         (OTLP attribution) leaves its old group, which must not stay behind.
         """
-        hours = within_retention(hours)
+        hours = recountable(hours)
         rollups = self.count_hours(hours)
         self.filter(bucket_start__in=hours).delete()
         self.bulk_create(rollups, batch_size=500)
@@ -573,7 +599,7 @@ class SpanRollupManager(models.Manager):
 
     def count_hours(self, hours: set[datetime]) -> list[SpanRollup]:
         """Return the span rollups of whole UTC hours counted from the raw spans, unsaved."""
-        hours = within_retention(hours)
+        hours = recountable(hours)
         if not hours:
             return []
         now = timezone.now()
@@ -786,13 +812,20 @@ def recount_all_marked_rollups(max_rounds: int | None = 100) -> int:
 
 @dataclass
 class RollupCheck:
-    """What check_rollups found: buckets compared, and one line per bucket that differed."""
+    """What check_rollups found: buckets compared, and one line per bucket that differed.
+
+    Buckets before `kept_before` (the purge horizon) were not compared but kept as they
+    are: their raw spans are purged.
+    """
 
     since: datetime
     until: datetime
     tool_buckets: int = 0
     span_groups: int = 0
     differences: list[str] = dataclasses.field(default_factory=list)
+    kept_before: datetime | None = None
+    kept_tool_buckets: int = 0
+    kept_span_groups: int = 0
 
 
 _CHECKED_TOOL_FIELDS = [name for name in ROLLUP_TOTAL_FIELDS if name != "updated_at"]
@@ -802,11 +835,19 @@ _CHECKED_SPAN_FIELDS = [name for name in SPAN_ROLLUP_TOTALS if name != "updated_
 def check_rollups(since: datetime, until: datetime, *, repair: bool = True) -> RollupCheck:
     """Compare the rollups of whole UTC hours in [since, until) with the raw spans; repair them.
 
-    Hours past the retention cutoff are left out (their raw spans are purged; the rollup
-    is the only record). Works a day at a time, so memory stays flat over long ranges.
+    Hours before the purge horizon are counted as kept, never compared: their raw spans
+    are purged and the rollup is the only record. Works a day at a time, so memory stays
+    flat over long ranges.
     """
-    since, until = max(hour_start(since), retention_cutoff()), until
+    since = hour_start(since)
+    horizon = purge_horizon()
     check = RollupCheck(since, until)
+    if horizon is not None and since < horizon:
+        kept = {"bucket_start__gte": since, "bucket_start__lt": min(horizon, until)}
+        check.kept_before = horizon
+        check.kept_tool_buckets = ToolRollup.objects.filter(**kept).count()
+        check.kept_span_groups = SpanRollup.objects.filter(**kept).count()
+        check.since = since = min(horizon, until)
     day = since
     while day < until:
         window = models.Q(started_at__gte=day, started_at__lt=min(day + timedelta(days=1), until))
@@ -834,7 +875,9 @@ def _check_tool_rollups(
             check.differences.append(f"tool {key[0]} @ {key[1]:%Y-%m-%d %H:00}: {diff}")
     check.tool_buckets += len(counted.keys() | stored.keys())
     if repair and wrong:
-        ToolRollup.objects.refresh_buckets(set(wrong))
+        with transaction.atomic():
+            _take_recount_turn()  # after a purge that began meanwhile has moved the horizon
+            ToolRollup.objects.refresh_buckets(set(wrong))
 
 
 def _check_span_rollups(
@@ -854,7 +897,9 @@ def _check_span_rollups(
             check.differences.append(f"spans {what} @ {key[0]:%Y-%m-%d %H:00}: {diff}")
     check.span_groups += len(counted.keys() | stored.keys())
     if repair and wrong_hours:
-        SpanRollup.objects.refresh_hours(wrong_hours)
+        with transaction.atomic():
+            _take_recount_turn()
+            SpanRollup.objects.refresh_hours(wrong_hours)
 
 
 def _differences(stored: models.Model | None, counted: models.Model, fields: list[str]) -> str:
@@ -883,19 +928,52 @@ def _take_recount_turn() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_RECOUNT_LOCK_KEY])
 
 
-def purge_old_invocations(batch_size: int = 5000) -> int:
-    """Delete raw spans started before the retention cutoff, in batches; return how many.
+@dataclass(frozen=True)
+class Purged:
+    """What one retention purge deleted."""
 
-    Rollups, traces (with their totals) and spirals are kept: they are small, and pages
-    and links read them. Short transactions keep ingest running while this works.
+    spans: int
+    traces: int
+    scores: int
+
+
+def purge_past_retention(batch_size: int = 5000) -> Purged:
+    """Delete the spans and traces older than ARES_RETENTION_DAYS, in batches; say how many.
+
+    The purge horizon moves first, so no recount or check rebuilds an hour from the
+    spans this leaves (see PurgeHorizon). A trace goes once it ended before the horizon,
+    with its spirals and scores; one still running at it keeps its totals, only its old
+    spans go. Rollups are kept. Short transactions keep ingest running while this works.
     """
-    old = Invocation.objects.filter(started_at__lt=retention_cutoff()).order_by()
-    deleted = 0
-    while True:
-        pks = list(old.values_list("pk", flat=True)[:batch_size])
-        if not pks:
-            return deleted
-        deleted += Invocation.objects.filter(pk__in=pks).delete()[0]
+    horizon = _move_purge_horizon(retention_cutoff())
+    spans = 0
+    old_spans = Invocation.objects.filter(started_at__lt=horizon).order_by()
+    while pks := list(old_spans.values_list("pk", flat=True)[:batch_size]):
+        spans += Invocation.objects.filter(pk__in=pks).delete()[0]
+    traces = scores = 0
+    old_traces = Trace.objects.filter(ended_at__lt=horizon).order_by()
+    while trace_ids := list(old_traces.values_list("pk", flat=True)[:batch_size]):
+        with transaction.atomic():
+            scores += Score.objects.filter(trace_id__in=trace_ids).delete()[0]
+            traces += len(trace_ids)
+            Trace.objects.filter(pk__in=trace_ids).delete()  # their spirals (and spans) too
+    RollupMark.objects.filter(bucket_start__lt=horizon).delete()  # hours never recounted
+    return Purged(spans, traces, scores)
+
+
+def _move_purge_horizon(cutoff: datetime) -> datetime:
+    """Move the purge horizon forward to `cutoff` (never back); return where it stands.
+
+    In a recount's turn: a recount that began before waits for this, one that begins
+    after reads the new horizon before it counts.
+    """
+    with transaction.atomic():
+        _take_recount_turn()
+        row, _ = PurgeHorizon.objects.get_or_create(pk=1, defaults={"raw_spans_from": cutoff})
+        if row.raw_spans_from < cutoff:
+            row.raw_spans_from = cutoff
+            row.save(update_fields=["raw_spans_from"])
+    return row.raw_spans_from
 
 
 def insert_ignoring_conflicts(
@@ -1163,7 +1241,7 @@ def percentile_cont(sorted_values: Sequence[float], fraction: float) -> float | 
 
 
 def tool_stats(since: datetime, until: datetime) -> list[dict[str, Any]]:
-    """Return per-tool calls, failures, success rate, p50/p95 latency, tokens and cost.
+    """Return per-tool calls, failures, stops, success rate, p50/p95 latency, tokens and cost.
 
     PostgreSQL computes the percentiles in SQL; SQLite has no percentile function, so
     there the latencies of the window are read and interpolated the same way in Python.
@@ -1403,3 +1481,55 @@ class Score(models.Model):
         if self.data_type == ScoreType.NUMERIC:
             return f"{self.value:g}"
         return self.label
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class JobLeaseManager(models.Manager):
+    def take(self, job: str, every_s: float, holder: str) -> datetime | None:
+        """Take a periodic job for the current period; return the period's start, or None.
+
+        Periods start on multiples of `every_s` since 1970, so every process agrees on
+        them. One UPDATE decides, so of several processes asking at once exactly one
+        gets the period. It is refused while an earlier holder is presumed still running
+        (before its expiry): a holder killed with kill -9 delays its job one period at
+        most.
+        """
+        now = timezone.now()
+        period = datetime.fromtimestamp(now.timestamp() // every_s * every_s, UTC)
+        free = self.filter(job=job, period_start__lt=period, expires_at__lte=now)
+        fields = {"period_start": period, "holder": holder[:200], "taken_at": now}
+        fields["expires_at"] = now + timedelta(seconds=every_s)
+        taken = free.update(**fields)
+        if not taken and not self.filter(job=job).exists():
+            self.bulk_create([self.model(job=job)], ignore_conflicts=True)
+            taken = free.update(**fields)
+        return period if taken else None
+
+    def release(self, job: str, period: datetime, holder: str) -> None:
+        """Say the job's run for this period is over, so the next period may start on time."""
+        self.filter(job=job, period_start=period, holder=holder[:200]).update(
+            expires_at=timezone.now()
+        )
+
+
+class JobLease(models.Model):
+    """Which process runs a periodic job (settings.ARES_PERIODIC_JOBS) in its current period.
+
+    A row per job, taken atomically (JobLeaseManager.take), so two beats, or a beat and
+    a worker, never run the same job twice in one period.
+    """
+
+    job = models.CharField(max_length=100, primary_key=True)
+    period_start = models.DateTimeField(default=EPOCH, help_text="The last period taken")
+    holder = models.CharField(max_length=200, blank=True, help_text="host:pid that took it")
+    taken_at = models.DateTimeField(default=EPOCH)
+    expires_at = models.DateTimeField(
+        default=EPOCH, help_text="Until then its holder is presumed running; released when done"
+    )
+
+    objects = JobLeaseManager()
+
+    def __str__(self) -> str:
+        return f"{self.job}: {self.holder or 'never taken'}"

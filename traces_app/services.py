@@ -6,7 +6,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -21,6 +21,7 @@ from traces_app.models import (
     add_to_trace_totals,
     insert_ignoring_conflicts,
     mark_rollups_dirty,
+    oldest_storable,
 )
 from traces_app.redaction import bound_text, redact_text, safe_payload
 from traces_app.schemas import InvocationFromDict, InvocationIn
@@ -87,13 +88,16 @@ def record_invocations(
     for item in items:
         first_of_key.setdefault((item.trace_id, item.span_id), item)
     # Sorted rows make concurrent writers take row and index locks in one order.
-    spans = [first_of_key[key] for key in sorted(first_of_key)]
+    refused = _past_retention(first_of_key.values())
+    spans = [first_of_key[key] for key in sorted(first_of_key) if key not in refused]
     rows = [invocation_row(span, received_at) for span in spans]
-    refused: dict[tuple[str, str], Refused] = {}
+    inserted: set[tuple[str, str]] = set()
     try:
-        inserted = _run_retrying(lambda: _store(spans, rows))
+        if spans:
+            inserted = _run_retrying(lambda: _store(spans, rows))
     except (DataError, IntegrityError):
-        inserted, refused = _store_one_by_one(spans, rows)
+        inserted, refused_by_database = _store_one_by_one(spans, rows)
+        refused |= refused_by_database
     if inserted and recount_rollups:
         schedule_rollup_recount()
     seen: set[tuple[str, str]] = set()
@@ -103,6 +107,22 @@ def record_invocations(
         outcomes.append(refused.get(key) or (key in inserted and key not in seen))
         seen.add(key)
     return outcomes
+
+
+def _past_retention(spans: Iterable[InvocationIn]) -> dict[tuple[str, str], Refused]:
+    """Return the spans started too long ago to keep: purged at once, they would count nowhere.
+
+    Their hour's rollup is frozen, or soon will be (see models.PurgeHorizon): refused
+    with the reason, rather than stored and never counted.
+    """
+    oldest = oldest_storable()
+    reason = (
+        f"started_at is before {oldest:%Y-%m-%d %H:%M} UTC: spans older than the retention "
+        f"(ARES_RETENTION_DAYS={settings.ARES_RETENTION_DAYS}) are purged and not counted"
+    )
+    return {
+        span_key(span): Refused("started_at", reason) for span in spans if span.started_at < oldest
+    }
 
 
 def _store_one_by_one(

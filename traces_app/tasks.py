@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
+from celery.utils.log import get_task_logger
+from django.conf import settings
+from django.db import close_old_connections
 from django.utils import timezone
 
-from traces_app.models import Trace, purge_old_invocations, recount_all_marked_rollups
+from traces_app.models import (
+    JobLease,
+    Trace,
+    purge_past_retention,
+    recount_all_marked_rollups,
+)
 from traces_app.scores import settle_pending_scores
 from traces_app.spiral_detection import rescan_spirals
+
+logger = get_task_logger(__name__)
 
 
 @shared_task(bind=True, max_retries=3, default_retry_delay=5)
@@ -34,9 +47,10 @@ def recount_rollups_task(self) -> int:  # noqa: ANN001 - Celery's task
 
 
 @shared_task
-def purge_invocations_task() -> int:
-    """Delete raw spans older than ARES_RETENTION_DAYS; rollups stay."""
-    return purge_old_invocations()
+def purge_past_retention_task() -> tuple[int, int, int]:
+    """Delete spans and traces older than ARES_RETENTION_DAYS; return (spans, traces, scores)."""
+    purged = purge_past_retention()
+    return purged.spans, purged.traces, purged.scores
 
 
 RECENT_SPIRAL_WINDOW = timedelta(minutes=2)
@@ -52,3 +66,31 @@ def rescan_spirals_task() -> int:
 def settle_scores_task() -> tuple[int, int]:
     """Join scores whose span has arrived; drop those that waited too long."""
     return settle_pending_scores()
+
+
+HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@shared_task(bind=True)
+def periodic_job_task(self, job: str) -> Any:  # noqa: ANN001 - Celery's task
+    """Run a periodic job (settings.ARES_PERIODIC_JOBS) unless another process has its period.
+
+    The beat sends this every half period of each job: without a broker it runs in the
+    beat process, with one on a worker. The job's task runs here, inline, while the
+    lease is held.
+    """
+    task_name, every_s = settings.ARES_PERIODIC_JOBS[job]
+    close_old_connections()  # as a request does: the beat holds its connection for days
+    period = JobLease.objects.take(job, every_s, HOLDER)
+    if period is None:
+        logger.debug("periodic job %s: this period is taken already", job)
+        return None
+    try:
+        result = self.app.tasks[task_name]()
+        logger.info(
+            "periodic job %s ran for the period from %s: %s", job, period.isoformat(), result
+        )
+        return result
+    finally:
+        JobLease.objects.release(job, period, HOLDER)
+        close_old_connections()

@@ -17,7 +17,7 @@ from traces_app.models import (
     SpanRollup,
     ToolRollup,
     percentile_cont,
-    purge_old_invocations,
+    purge_past_retention,
     recount_all_marked_rollups,
 )
 from traces_app.rollups import (
@@ -32,7 +32,7 @@ from traces_app.rollups import (
 )
 from traces_app.schemas import InvocationIn
 from traces_app.services import _RecountThrottle, record_invocations
-from traces_app.tasks import purge_invocations_task, recount_rollups_task
+from traces_app.tasks import purge_past_retention_task, recount_rollups_task
 
 
 @pytest.fixture(autouse=True)
@@ -177,7 +177,7 @@ def test_purge_deletes_only_old_raw_spans_and_keeps_rollups(settings: Any) -> No
     _record(_span(old_hour, 1), _span(old_hour, 2), _span(THIS_HOUR, 1))
     assert ToolRollup.objects.get(bucket_start=old_hour).calls == 2
     settings.ARES_RETENTION_DAYS = 30
-    assert purge_invocations_task.delay().get() == 2
+    assert purge_past_retention_task.delay().get() == (2, 2, 0)  # spans, their traces, scores
     assert list(Invocation.objects.values_list("started_at", flat=True)) == [
         THIS_HOUR + timedelta(minutes=1)
     ]
@@ -190,10 +190,12 @@ def test_purge_deletes_only_old_raw_spans_and_keeps_rollups(settings: Any) -> No
 
 
 @pytest.mark.django_db(transaction=True)
-def test_purge_deletes_in_batches() -> None:
+def test_purge_deletes_in_batches(settings: Any) -> None:
     old = THIS_HOUR - timedelta(days=31)
+    settings.ARES_RETENTION_DAYS = 60  # stored while it was within the retention
     _record(*(_span(old, minute) for minute in range(5)))
-    assert purge_old_invocations(batch_size=2) == 5
+    settings.ARES_RETENTION_DAYS = 30
+    assert purge_past_retention(batch_size=2).spans == 5
     assert not Invocation.objects.exists()
 
 

@@ -15,7 +15,8 @@ from traces_app.paging import filter_moment
 class Command(BaseCommand):
     help = (
         "Recount the tool and span rollups of whole UTC hours from the raw spans and repair "
-        "those that differ (run it after restoring a backup). Prints each difference."
+        "those that differ (run it after restoring a backup). Prints each difference. Hours "
+        "whose raw spans were purged are kept as they are."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -37,6 +38,12 @@ class Command(BaseCommand):
         if start >= end:
             raise CommandError("--since must be before --until")
         check = check_rollups(start, end, repair=not dry_run)
+        if check.kept_before is not None:
+            self.stdout.write(
+                f"Kept {check.kept_tool_buckets} tool buckets and {check.kept_span_groups} span "
+                f"groups before {check.kept_before:%Y-%m-%d %H:00} UTC as they are: their raw "
+                "spans were purged (ARES_RETENTION_DAYS)."
+            )
         for line in check.differences:
             self.stdout.write(line)
         verb = "would repair" if dry_run else "repaired"

@@ -1,0 +1,182 @@
+"""Retention keeps what it keeps: purged hours' rollups frozen, late spans refused at ingest."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from typing import Any
+
+import httpx
+import pytest
+from django.core.management import call_command
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from tests.conftest import make_span
+from tests.traces_app.test_otlp_bad_input import export_request, tool_span
+from traces_app.models import (
+    FailureSpiral,
+    Invocation,
+    PurgeHorizon,
+    RollupMark,
+    Score,
+    SpanRollup,
+    ToolRollup,
+    Trace,
+    purge_past_retention,
+    recount_all_marked_rollups,
+)
+from traces_app.schemas import InvocationIn
+from traces_app.services import record_invocations
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime.now(UTC)
+PURGED_HOUR = NOW.replace(minute=0, second=0, microsecond=0) - timedelta(days=3)
+
+
+@pytest.fixture
+def purged_hour_of_100_calls(settings: Any) -> datetime:
+    """Store 100 calls in an hour three days ago, then purge with a two-day retention."""
+    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
+    spans = [
+        make_span(started_at=(PURGED_HOUR + timedelta(seconds=30 * n)).isoformat())
+        for n in range(100)
+    ]
+    record_invocations([InvocationIn.model_validate(span) for span in spans])
+    recount_all_marked_rollups()
+    assert _calls(PURGED_HOUR) == 100
+    settings.ARES_RETENTION_DAYS = 2
+    assert purge_past_retention().spans == 100
+    return PURGED_HOUR
+
+
+def _calls(hour: datetime) -> int:
+    return ToolRollup.objects.get(tool_name="calculator", bucket_start=hour).calls
+
+
+def _span_rollup_calls(hour: datetime) -> int:
+    return sum(SpanRollup.objects.filter(bucket_start=hour).values_list("calls", flat=True))
+
+
+def test_a_late_span_into_a_purged_hour_is_refused_over_rest_and_the_hour_keeps_100(
+    purged_hour_of_100_calls: datetime, api: httpx.Client, settings: Any
+) -> None:
+    settings.ARES_RETENTION_DAYS = 30  # retention raised after the purge: the hour is in it
+    late = make_span(started_at=(purged_hour_of_100_calls + timedelta(minutes=5)).isoformat())
+
+    response = api.post("/invocations", json={"invocations": [late, make_span()]})
+
+    body = response.json()
+    assert (response.status_code, body["accepted"], body["rejected"]) == (200, 1, 1)
+    [error] = body["items"][0]["errors"]
+    assert error["field"] == "started_at"
+    assert "retention" in error["reason"] and "ARES_RETENTION_DAYS=30" in error["reason"]
+    recount_all_marked_rollups()
+    assert _calls(purged_hour_of_100_calls) == 100
+    assert _span_rollup_calls(purged_hour_of_100_calls) == 100
+
+
+def test_a_span_older_than_the_cutoff_is_refused_before_any_purge(
+    api: httpx.Client, settings: Any
+) -> None:
+    settings.ARES_RETENTION_DAYS = 2
+    old = make_span(started_at=(NOW - timedelta(days=2, hours=2)).isoformat())
+
+    response = api.post("/invocations", json={"invocations": [old]})
+
+    assert response.status_code == 422
+    [error] = response.json()["items"][0]["errors"]
+    assert "ARES_RETENTION_DAYS=2" in error["reason"]
+    assert not Invocation.objects.exists()
+
+
+def test_a_late_otlp_span_into_a_purged_hour_is_counted_as_rejected(
+    purged_hour_of_100_calls: datetime, otlp_url: str, make_key: Callable[..., str]
+) -> None:
+    start = int((purged_hour_of_100_calls + timedelta(minutes=5)).timestamp() * 10**9)
+    late = tool_span(start_time_unix_nano=start, end_time_unix_nano=start + 3_000_000)
+    body = export_request(late, tool_span()).SerializeToString()
+
+    response = httpx.post(
+        otlp_url,
+        content=body,
+        headers={"Authorization": f"Bearer {make_key('report')}",
+                 "Content-Type": "application/x-protobuf"},
+        timeout=30,
+    )  # fmt: skip
+
+    assert response.status_code == 200
+    outcome = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert outcome.rejected_spans == 1
+    assert "retention (ARES_RETENTION_DAYS=2)" in outcome.error_message
+    assert Invocation.objects.count() == 1
+    recount_all_marked_rollups()
+    assert _calls(purged_hour_of_100_calls) == 100
+
+
+def test_a_recount_of_a_marked_purged_hour_leaves_its_rollups(
+    purged_hour_of_100_calls: datetime,
+) -> None:
+    RollupMark.objects.create(bucket_start=purged_hour_of_100_calls, tool_name="calculator")
+    RollupMark.objects.create(bucket_start=purged_hour_of_100_calls, tool_name="")
+
+    recount_all_marked_rollups()
+
+    assert _calls(purged_hour_of_100_calls) == 100
+    assert _span_rollup_calls(purged_hour_of_100_calls) == 100
+    assert not RollupMark.objects.exists()
+
+
+def test_check_rollups_since_before_the_purge_keeps_the_purged_hours(
+    purged_hour_of_100_calls: datetime, settings: Any
+) -> None:
+    settings.ARES_RETENTION_DAYS = 30
+    out = StringIO()
+
+    since = (purged_hour_of_100_calls - timedelta(days=1)).isoformat()
+    call_command("check_rollups", "--since", since, stdout=out)
+
+    assert _calls(purged_hour_of_100_calls) == 100
+    assert _span_rollup_calls(purged_hour_of_100_calls) == 100
+    horizon = PurgeHorizon.objects.get().raw_spans_from
+    assert (
+        f"Kept 1 tool buckets and 1 span groups before {horizon:%Y-%m-%d %H:00}" in out.getvalue()
+    )
+    assert "0 differed" in out.getvalue()
+
+
+def test_the_purge_horizon_never_moves_back(purged_hour_of_100_calls: datetime, settings: Any):
+    horizon = PurgeHorizon.objects.get().raw_spans_from
+    settings.ARES_RETENTION_DAYS = 30
+
+    purge_past_retention()
+
+    assert PurgeHorizon.objects.get().raw_spans_from == horizon
+
+
+def test_the_purge_deletes_ended_traces_with_their_scores_and_spirals(settings: Any) -> None:
+    old_trace, running_trace = secrets.token_hex(16), secrets.token_hex(16)
+    old_start, long_start = NOW - timedelta(days=3), NOW - timedelta(days=2, hours=2)
+    spans = [
+        *(make_span(trace_id=old_trace, started_at=(old_start + timedelta(seconds=n)).isoformat(),
+                    status="error", error_kind="timeout") for n in range(3)),
+        make_span(trace_id=running_trace, started_at=long_start.isoformat()),
+        make_span(trace_id=running_trace, started_at=NOW.isoformat()),
+    ]  # fmt: skip
+    record_invocations([InvocationIn.model_validate(span) for span in spans])
+    assert FailureSpiral.objects.filter(trace_id=old_trace).exists()
+    for trace_id in (old_trace, running_trace):
+        Score.objects.create(name="feedback", data_type="boolean", value=1, label="true",
+                             source="human", trace_id=trace_id, reported_by="t")  # fmt: skip
+    settings.ARES_RETENTION_DAYS = 2
+
+    purged = purge_past_retention()
+
+    assert (purged.spans, purged.traces, purged.scores) == (4, 1, 1)
+    assert not Trace.objects.filter(pk=old_trace).exists()
+    assert not FailureSpiral.objects.filter(trace_id=old_trace).exists()
+    assert list(Score.objects.values_list("trace_id", flat=True)) == [running_trace]
+    kept = Trace.objects.get(pk=running_trace)
+    assert (kept.span_count, kept.invocations.count()) == (2, 1)  # totals kept, old span gone
