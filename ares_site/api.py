@@ -21,6 +21,7 @@ from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
 from traces_app.api_errors import document_errors
 from traces_app.bodies import JsonBodyParser, read_json_body
+from traces_app.schemas import MAX_LISTED_ERRORS, FieldError, listed
 from traces_app.scores_api import router as scores_router
 
 logger = logging.getLogger(__name__)
@@ -102,11 +103,13 @@ def on_invalid_request(request: HttpRequest, exc: ValidationError) -> HttpRespon
         except HttpError as problem:
             return on_http_error(request, problem)
     errors = []
-    for error in exc.errors:
+    for error in exc.errors[:MAX_LISTED_ERRORS]:
         location = [str(part) for part in error.get("loc", ())]
         if location and location[0] in ("query", "path", "body", "header", "cookie"):
             location = location[1:]
-        errors.append({"field": ".".join(location) or "(request)", "reason": error.get("msg", "")})
+        field = ".".join(location)[:200] or "(request)"
+        errors.append(FieldError(field=field, reason=error.get("msg", "")))
+    errors = [error.model_dump() for error in listed(errors, len(exc.errors), "(request)")]
     detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors)
     return api.create_response(request, {"detail": detail, "errors": errors}, status=422)
 

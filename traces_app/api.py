@@ -13,7 +13,6 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import Field, FilterLookup, FilterSchema, Query, Router, Schema
 from ninja.errors import HttpError
-from pydantic import ValidationError
 
 from traces_app.api_errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.auth import ApiKeyAuth, key_or_staff
@@ -33,6 +32,7 @@ from traces_app.schemas import (
     CountOut,
     FieldError,
     FilterMoment,
+    InvalidItem,
     InvocationFromDict,
     InvocationIn,
     InvocationOut,
@@ -41,8 +41,8 @@ from traces_app.schemas import (
     ToolStatsWindowOut,
     TraceDetailOut,
     TraceListItemOut,
-    field_errors,
     is_trace_id,
+    validated,
 )
 from traces_app.scores import SCORE_FILTER_PATTERN, scores_matching
 from traces_app.services import Refused, record_invocations
@@ -69,9 +69,9 @@ def report_invocations(request: HttpRequest) -> HttpResponse:
     valid: list[tuple[int, InvocationIn]] = []
     for index, raw in enumerate(raw_items):
         try:
-            valid.append((index, InvocationFromDict.model_validate(raw)))
-        except ValidationError as exc:
-            outcomes[index] = _rejected(index, raw, field_errors(exc)).model_dump()
+            valid.append((index, validated(InvocationFromDict, raw)))
+        except InvalidItem as exc:
+            outcomes[index] = _rejected(index, raw, exc.errors).model_dump()
     stored = record_invocations([item for _, item in valid]) if valid else []
     for (index, item), outcome in zip(valid, stored, strict=True):
         if isinstance(outcome, Refused):  # a value the database would not store

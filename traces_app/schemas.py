@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from django.conf import settings
 from django.utils import timezone
@@ -212,11 +212,25 @@ class BatchOut(Schema):
     items: list[ItemOutcome]
 
 
+# An answer lists at most this many problems of one item or request, then how many more:
+# a span with 50,000 unknown keys would otherwise cost a second and a 2 MB answer.
+MAX_LISTED_ERRORS = 20
+
+
+def listed(errors: list[FieldError], total: int, whole: str = "(item)") -> list[FieldError]:
+    """Return the first MAX_LISTED_ERRORS of `total` errors, then one saying how many are left."""
+    shown = errors[:MAX_LISTED_ERRORS]
+    if total > len(shown):
+        more = f"and {total - len(shown):,} more problems, not listed"
+        shown.append(FieldError(field=whole, reason=more))
+    return shown
+
+
 def field_errors(exc: ValidationError) -> list[FieldError]:
-    """Return pydantic's errors as field/reason pairs an agent developer can act on."""
+    """Return pydantic's errors as field/reason pairs an agent developer can act on (capped)."""
     errors = []
-    for error in exc.errors(include_url=False):
-        field = ".".join(str(part) for part in error["loc"]) or "(item)"
+    for error in exc.errors(include_url=False)[:MAX_LISTED_ERRORS]:
+        field = ".".join(str(part) for part in error["loc"])[:200] or "(item)"
         reason = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             reason = "unknown field"
@@ -224,7 +238,38 @@ def field_errors(exc: ValidationError) -> list[FieldError]:
             shown = repr(error["input"])
             reason += f" (got {shown[:80] + '…' if len(shown) > 80 else shown})"
         errors.append(FieldError(field=field, reason=reason))
-    return errors
+    return listed(errors, exc.error_count())
+
+
+SchemaT = TypeVar("SchemaT", bound=Schema)
+
+
+class InvalidItem(ValueError):
+    """An item of a batch that failed validation, with its (capped) field errors."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(f"{error.field}: {error.reason}" for error in errors))
+        self.errors = errors
+
+
+def validated(model: type[SchemaT], raw: Any) -> SchemaT:
+    """Return a batch item validated as `model`, or raise InvalidItem with its errors.
+
+    An object with more unknown keys than an answer lists is refused by their names and
+    count without validating it: pydantic would make (and we list) an error per key.
+    """
+    if isinstance(raw, dict) and len(raw) > len(model.model_fields) + MAX_LISTED_ERRORS:
+        unknown = [key for key in raw if key not in model.model_fields]
+        if len(unknown) > MAX_LISTED_ERRORS:
+            errors = [
+                FieldError(field=str(key)[:200], reason="unknown field")
+                for key in unknown[:MAX_LISTED_ERRORS]
+            ]
+            raise InvalidItem(listed(errors, len(unknown)))
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidItem(field_errors(exc)) from None
 
 
 class TraceOut(Schema):

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
-from pydantic import ConfigDict, ValidationError, field_validator
+from pydantic import ConfigDict, field_validator
 
 from traces_app.api_errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.auth import key_or_staff
@@ -22,7 +22,8 @@ from traces_app.schemas import (
     TRACE_ID_PATTERN,
     FieldError,
     FilterMoment,
-    field_errors,
+    InvalidItem,
+    validated,
 )
 from traces_app.scores import ScoreItem, check_values, score_value, store_scores
 
@@ -130,9 +131,9 @@ def read_item(index: int, raw: Any) -> ScoreItem:
         item.errors.append(("(item)", f"each score must be an object, got {type(raw).__name__}"))
         return item
     try:
-        score = ScoreIn.model_validate(raw)
-    except ValidationError as exc:
-        item.errors.extend((error.field, error.reason) for error in field_errors(exc))
+        score = validated(ScoreIn, raw)
+    except InvalidItem as exc:
+        item.errors.extend((error.field, error.reason) for error in exc.errors)
         return item
     row = score.model_dump()
     row["raw_value"] = row.pop("value")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from traces_app.models import Invocation, Trace
@@ -479,3 +480,75 @@ def test_it_refuses_more_items_than_a_lowered_limit(api, span, settings, problem
 
     assert response.status_code == 413
     assert "4 items in one batch; the limit is 3" in problem(response)
+
+
+def test_it_refuses_an_item_with_thousands_of_unknown_keys_listing_the_first(api, span):
+    item = {**span(), **{f"app.key.{index}": index for index in range(50_000)}}
+
+    response = api.post("/invocations", json={"invocations": [item, span()]})
+
+    assert response.status_code == 200
+    assert len(response.content) < 10_000
+    rejected, accepted = response.json()["items"]
+    assert accepted["status"] == "accepted"
+    assert rejected["status"] == "rejected"
+    assert rejected["errors"][:2] == [
+        {"field": "app.key.0", "reason": "unknown field"},
+        {"field": "app.key.1", "reason": "unknown field"},
+    ]
+    assert len(rejected["errors"]) == 21
+    assert rejected["errors"][-1] == {
+        "field": "(item)",
+        "reason": "and 49,980 more problems, not listed",
+    }
+
+
+def test_it_lists_at_most_twenty_problems_of_an_item(api, span):
+    item = span(**{f"unknown_{index}": 1 for index in range(5)}, latency_ms=-1, status="maybe")
+    item.update({"coercions": [1] * 30})
+
+    response = api.post("/invocations", json={"invocations": [item]})
+
+    assert response.status_code == 422
+    errors = response.json()["items"][0]["errors"]
+    assert len(errors) == 21
+    assert (
+        errors[-1]["reason"].startswith("and ")
+        and "more problems, not listed" in errors[-1]["reason"]
+    )
+
+
+def test_it_lists_at_most_twenty_problems_of_a_score(api, make_key):
+    api.headers["Authorization"] = f"Bearer {make_key('score')}"
+    score = {
+        "name": "result_correct",
+        "value": True,
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+    }
+    score.update({f"extra_{index}": 1 for index in range(1_000)})
+
+    response = api.post("/scores", json={"scores": [score]})
+
+    assert response.status_code == 422
+    errors = response.json()["items"][0]["errors"]
+    assert len(errors) == 21
+    assert errors[-1] == {"field": "(item)", "reason": "and 980 more problems, not listed"}
+
+
+def test_it_lists_at_most_twenty_problems_of_a_request(live_server, make_key):
+    messages = [{"role": "robot", "content": "hi"} for _ in range(200)]
+
+    response = httpx.post(
+        f"{live_server.url}/api/v1/chat",
+        json={"agent": "nobody", "messages": messages},
+        headers={"Authorization": f"Bearer {make_key('chat')}"},
+    )
+
+    assert response.status_code == 422
+    body = response.json()
+    assert len(body["errors"]) == 21
+    assert body["errors"][-1] == {
+        "field": "(request)",
+        "reason": "and 180 more problems, not listed",
+    }
+    assert body["detail"].endswith("(request): and 180 more problems, not listed")
