@@ -19,7 +19,7 @@ from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
-from traces_app.api_errors import document_errors
+from traces_app.api_errors import document_errors, refuse_unknown_query
 from traces_app.bodies import JsonBodyParser, read_json_body
 from traces_app.schemas import MAX_LISTED_ERRORS, FieldError, listed
 from traces_app.scores_api import router as scores_router
@@ -64,6 +64,8 @@ api = AresApi(
     renderer=PreciseJsonRenderer(),
     urls_namespace="api-v1",
 )
+# Every read refuses a query parameter it does not take (422), instead of ignoring it.
+api.add_decorator(refuse_unknown_query, mode="view")
 api.add_router("/", traces_router)
 api.add_router("/", tools_router)
 api.add_router("/", planner_router)

@@ -1,19 +1,26 @@
 """The REST API's error answers: one body shape, one table of statuses, used by every router.
 
 Every error the API gives is `{"detail": "..."}` (a request that fails validation adds
-`errors`, one field and reason each). Operations declare which statuses they can answer
-with `responses(...)`, so the OpenAPI schema lists them all, with their bodies.
+`errors`, one field and reason each, at most MAX_LISTED_ERRORS). Operations declare which
+statuses they can answer with `responses(...)`, so the OpenAPI schema lists them all, with
+their bodies. A read naming a query parameter it does not take is refused here, once for
+every router (refuse_unknown_query).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from http.client import responses as HTTP_REASONS
 from typing import Any
 
 from django.db import Error as DatabaseError
+from django.http import HttpRequest, HttpResponse
 from ninja import Field, Schema
+from ninja.operation import Operation
+from ninja.params.models import QueryModel
 
-from traces_app.schemas import FieldError
+from traces_app.schemas import MAX_LISTED_ERRORS, FieldError, listed
 
 RETRY_AFTER_SECONDS = "5"
 # PostgreSQL refusing for load, not for being down: too many connections, lock not
@@ -39,7 +46,11 @@ ERRORS: dict[int, tuple[type[Schema], str]] = {
     404: (ErrorOut, "Nothing with that id or name"),
     413: (ErrorOut, "The body (or its decompressed form) is larger than the limit"),
     415: (ErrorOut, "Content-Type is not application/json, or an unsupported Content-Encoding"),
-    422: (InvalidRequestOut, "A parameter or the body is invalid, or the body is not an object"),
+    422: (
+        InvalidRequestOut,
+        "A parameter or the body is invalid, the body is not an object, or a query "
+        "parameter is not one the operation takes",
+    ),
     429: (ErrorOut, "The database is busy (locked); nothing was stored. Retry after Retry-After"),
     503: (
         ErrorOut,
@@ -98,3 +109,57 @@ def database_is_busy(exc: DatabaseError) -> bool:
     if getattr(exc.__cause__, "sqlstate", None) in _BUSY_SQLSTATES:
         return True
     return "database is locked" in str(exc) or "database table is locked" in str(exc)
+
+
+def refuse_unknown_query(run: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Wrap an operation so that a read naming a query parameter it does not take is a 422.
+
+    Installed once for the whole API (`api.add_decorator(..., mode="view")`, which hands
+    over each operation's bound `run`). Ninja drops parameters an operation does not
+    declare, so a misspelt or unsupported filter (`?session_id=x`) would answer as if it
+    were not there: every trace. The key is checked first, as for any other bad parameter.
+    """
+    operation = run.__self__
+    assert isinstance(operation, Operation), "install with mode='view'"
+    known = query_parameters(operation)
+
+    @wraps(run)
+    def checked(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        unknown = [name for name in request.GET if name not in known]
+        if request.method != "GET" or not unknown:
+            return run(request, **kwargs)
+        return operation._run_checks(request) or unknown_query_answer(
+            operation, request, unknown, known
+        )
+
+    return checked
+
+
+def query_parameters(operation: Operation) -> set[str]:
+    """Return the names of the query parameters an operation takes (its filters, paging...)."""
+    names: set[str] = set()
+    for model in operation.models:
+        if issubclass(model, QueryModel):
+            names.update(getattr(model, "__ninja_flatten_map__", None) or model.model_fields)
+    return names
+
+
+def unknown_query_answer(
+    operation: Operation, request: HttpRequest, unknown: list[str], known: set[str]
+) -> HttpResponse:
+    """Return the 422 of a read with unknown query parameters: each named, the known ones listed."""
+    plural = "s" if len(unknown) > 1 else ""
+    takes = "this endpoint takes no query parameters"
+    if known:
+        takes = f"known: {', '.join(sorted(known))}"
+    errors = [
+        FieldError(field=name[:200], reason="unknown query parameter")
+        for name in unknown[:MAX_LISTED_ERRORS]
+    ]
+    names = ", ".join(error.field for error in errors)
+    more = f" and {len(unknown) - len(errors):,} more" if len(unknown) > len(errors) else ""
+    body = {
+        "detail": f"unknown query parameter{plural}: {names}{more}; {takes}",
+        "errors": [error.model_dump() for error in listed(errors, len(unknown), "(request)")],
+    }
+    return operation.api.create_response(request, body, status=422)
