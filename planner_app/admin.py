@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 from urllib.parse import urlencode
 
@@ -36,22 +37,89 @@ class PlannerAdminMedia:
     css = {"all": ["planner_app/css/admin.css"]}
 
 
+# The page's hidden field: the rule-set version it was opened at (see VersionedForm).
+VERSION_FIELD = "ruleset_version"
+
+
+class VersionedForm(forms.ModelForm):
+    """A form of a versioned row, refused when the row changed since its page was opened.
+
+    The page carries the version it was opened at; `opened_at` sets `opened_version`
+    from it per request. The check runs under the rule-set lock (VersionedAdmin), so no
+    other save can slip in between it and this one.
+    """
+
+    opened_version: int | None = None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.opened_version is not None and self.instance.pk and self.has_changed():
+            problem = rulesets.stale_edit(self.instance, self.opened_version)
+            if problem:
+                raise forms.ValidationError(problem, code="stale")
+        return data
+
+
+def opened_at(form: type[forms.ModelForm], request: HttpRequest) -> type[forms.ModelForm]:
+    """Return `form` checking edits against the version the posted page was opened at."""
+    marker = request.POST.get(VERSION_FIELD)
+    if marker is None:  # a GET, or a post from outside the admin's pages: nothing to compare
+        return form
+    opened = int(marker) if marker.isdigit() else 0  # 0 is no version: the form says so
+    return type(form.__name__, (form,), {"opened_version": opened})
+
+
+def editing(request: HttpRequest) -> AbstractContextManager[None]:
+    """Lock the rules for a post (it may save), so its checks and its version are one step."""
+    if request.method == "POST":
+        return rulesets.editing(request.user)
+    return nullcontext()
+
+
+def with_version(extra_context: dict[str, Any] | None) -> dict[str, Any]:
+    """Add the version the page is opened at, read before the rows the page shows."""
+    return {**(extra_context or {}), VERSION_FIELD: rulesets.latest_number()}
+
+
 class VersionedAdmin(admin.ModelAdmin):
-    """Saves and deletes here make rule-set versions credited to the operator."""
+    """Saves and deletes here make rule-set versions credited to the operator.
+
+    A post runs under the rule-set lock in one transaction with the version it makes;
+    a row changed since its page was opened is not saved over (VersionedForm).
+    """
 
     Media = PlannerAdminMedia
+    form = VersionedForm
+    changelist_form: type[forms.ModelForm] = VersionedForm
 
-    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        with rulesets.acting_user(request.user):
-            return super().changeform_view(request, *args, **kwargs)
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        with editing(request):
+            return super().changeform_view(
+                request, object_id, form_url, with_version(extra_context)
+            )
 
-    def changelist_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        with rulesets.acting_user(request.user):
-            return super().changelist_view(request, *args, **kwargs)
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        with editing(request):
+            return super().changelist_view(request, with_version(extra_context))
 
     def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        with rulesets.acting_user(request.user):
+        with editing(request):
             return super().delete_view(request, *args, **kwargs)
+
+    def get_form(self, request: HttpRequest, *args: Any, **kwargs: Any) -> type[forms.ModelForm]:
+        return opened_at(super().get_form(request, *args, **kwargs), request)
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
+        kwargs.setdefault("form", self.changelist_form)
+        return opened_at(super().get_changelist_form(request, **kwargs), request)
 
 
 def _reaches(start: Capability, target: Capability, relation: str) -> list[str] | None:
@@ -80,7 +148,7 @@ class CapabilityChoices(forms.CheckboxSelectMultiple):
         super().__init__({"class": "capability-choices", **(attrs or {})})
 
 
-class CapabilityForm(forms.ModelForm):
+class CapabilityForm(VersionedForm):
     class Meta:
         model = Capability
         fields = ["name", "description", "input_type", "output_type", "subsumes", "depends_on"]
@@ -115,7 +183,7 @@ class LabelledRowsForm(forms.ModelForm):
             field.widget.attrs.setdefault("aria-label", f"{label} of {row}")
 
 
-class MappingForm(LabelledRowsForm):
+class MappingForm(VersionedForm, LabelledRowsForm):
     class Meta:
         model = CapabilityMapping
         fields = ["tool", "weight"]
@@ -136,6 +204,10 @@ class MappingInline(admin.TabularInline):
     form = MappingForm
     formset = LabelledRowsFormSet
     extra = 1
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        kwargs.setdefault("form", opened_at(self.form, request))
+        return super().get_formset(request, obj, **kwargs)
 
 
 class LinesField(forms.CharField):
@@ -180,7 +252,7 @@ def _json_list(text: str) -> list[str] | None:
     return None
 
 
-class IntentRuleForm(forms.ModelForm):
+class IntentRuleForm(VersionedForm):
     keywords = LinesField(
         commas=True,
         help_text="One per line, or separated by commas: <code>sum, add, plus</code>. English "
@@ -210,7 +282,7 @@ class IntentRuleForm(forms.ModelForm):
         return patterns
 
 
-class IntentRuleRowForm(LabelledRowsForm):
+class IntentRuleRowForm(VersionedForm, LabelledRowsForm):
     class Meta:
         model = IntentRule
         fields = ["priority", "enabled"]
@@ -238,9 +310,7 @@ class IntentRuleAdmin(VersionedAdmin):
     list_filter = ["enabled", "language", "capabilities"]
     search_fields = ["name", "goal", "keywords"]
     readonly_fields = ["try_it"]
-
-    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
-        return IntentRuleRowForm
+    changelist_form = IntentRuleRowForm
 
     @admin.display(description="Keywords")
     def keyword_list(self, rule: IntentRule) -> str:
@@ -322,7 +392,14 @@ class RuleSetVersionAdmin(admin.ModelAdmin):
         target = queryset.get()
         if request.POST.get("confirmed") != "yes":
             return self._confirm_rollback(request, target)
-        version = rulesets.rollback(target.number, request.user)
+        marker = request.POST.get(VERSION_FIELD, "")
+        try:
+            version = rulesets.rollback(
+                target.number, request.user, seen=int(marker) if marker.isdigit() else None
+            )
+        except rulesets.RulesChanged as exc:  # the page showed a diff that is out of date
+            self.message_user(request, str(exc), messages.ERROR)
+            return self._confirm_rollback(request, target)
         self.message_user(request, f"Rolled back: now v{version.number} ({version.change}).")
         return None
 
@@ -419,7 +496,7 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(ScoreRule)
-class ScoreRuleAdmin(admin.ModelAdmin):
+class ScoreRuleAdmin(VersionedAdmin):
     """How scores count in a tool's evidence; versioned with the rules."""
 
     list_display = ["score_name", "operator", "threshold", "weight", "enabled", "note"]

@@ -174,7 +174,11 @@ class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class _CapabilityIn(_Row):
+class _SnapshotRow(_Row):
+    id: int | None = None  # a version's rows carry their ids; a draft's may leave them out
+
+
+class _CapabilityIn(_SnapshotRow):
     name: str
     description: str = ""
     input_type: str = ""
@@ -183,7 +187,7 @@ class _CapabilityIn(_Row):
     depends_on: list[str] = []
 
 
-class _RuleIn(_Row):
+class _RuleIn(_SnapshotRow):
     name: str
     capabilities: list[str]
     keywords: list[str] = []
@@ -194,13 +198,13 @@ class _RuleIn(_Row):
     enabled: bool = True
 
 
-class _MappingIn(_Row):
+class _MappingIn(_SnapshotRow):
     capability: str
     tool: str
     weight: float = 0.0
 
 
-class _ProfileIn(_Row):
+class _ProfileIn(_SnapshotRow):
     tool: str
     cost: float | None = None
     latency_ms: float | None = None

@@ -1,4 +1,4 @@
-"""Every change to the planner's rows becomes a new rule-set version."""
+"""Every change to the planner's rows goes into its transaction's rule-set version."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from planner_app import models
-from planner_app.rulesets import schedule_version
+from planner_app.rulesets import note_change
 
 VERSIONED = (
     models.Capability,
@@ -20,16 +20,16 @@ VERSIONED = (
 
 
 def _saved(sender: type, instance: Any, created: bool, **kwargs: Any) -> None:
-    schedule_version(f"{'added' if created else 'changed'} {sender.__name__} {instance}")
+    note_change(f"{'added' if created else 'changed'} {sender.__name__} {instance}")
 
 
 def _deleted(sender: type, instance: Any, **kwargs: Any) -> None:
-    schedule_version(f"deleted {sender.__name__} {instance}")
+    note_change(f"deleted {sender.__name__} {instance}")
 
 
 def _links_changed(sender: type, instance: Any, action: str, **kwargs: Any) -> None:
     if action in ("post_add", "post_remove", "post_clear"):
-        schedule_version(f"changed {type(instance).__name__} {instance}")
+        note_change(f"changed {type(instance).__name__} {instance}")
 
 
 def connect() -> None:

@@ -8,7 +8,16 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from planner_app.models import Capability, IntentRule, RuleSetVersion
+from planner_app.models import (
+    Capability,
+    CapabilityMapping,
+    IntentRule,
+    RuleSetVersion,
+    ScoreRule,
+    ScoringWeights,
+    ToolProfile,
+)
+from tests.planner_app.admin_forms import form_fields
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -209,3 +218,180 @@ def test_a_rule_with_only_patterns_links_to_an_empty_try_page(client: Client) ->
     response = client.get("/planner/try", {"rule": "regex"})
     assert response.status_code == 200
     assert 'id="back-to-rule"' in response.content.decode()
+
+
+# --- Two operators at once: an edit from a page opened before another save is refused ------
+
+
+@pytest.fixture
+def bob(default_rules: None) -> Client:
+    """A second operator's session."""
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("bob", "", "pw-for-tests-only"))
+    return client
+
+
+def opened(client: Client, url: str, form_id: str) -> dict[str, list[str]]:
+    """Open an admin page; return what its form would post."""
+    return form_fields(client.get(url).content.decode(), form_id)
+
+
+def prefix_of(form: dict[str, list[str]], pk: int) -> str:
+    """Return the prefix of a formset row's fields ("form-3") from the row's id."""
+    return next(
+        k.removesuffix("-id") for k, v in form.items() if k.endswith("-id") and v == [str(pk)]
+    )
+
+
+def newest() -> RuleSetVersion:
+    return RuleSetVersion.objects.order_by("-number").first()
+
+
+def test_it_refuses_an_edit_from_a_form_opened_before_another_save(
+    client: Client, bob: Client
+) -> None:
+    rule = IntentRule.objects.get(name="sum-en")
+    url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    mine, theirs = opened(client, url, "intentrule_form"), opened(bob, url, "intentrule_form")
+    assert bob.post(url, {**theirs, "keywords": "sum, add, total"}).status_code == 302
+    response = client.post(url, {**mine, "keywords": "sum, add, plus, total, tally"})
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "Rule sum-en changed since you opened this form, so your edit was not saved" in page
+    assert f"v{newest().number} by bob at " in page and "(keywords −plus)" in page
+    assert IntentRule.objects.get(pk=rule.pk).keywords == ["sum", "add", "total"]
+    again = form_fields(page, "intentrule_form")
+    assert again["keywords"] == ["sum, add, plus, total, tally"]  # what was typed, kept
+    assert again["ruleset_version"] == [str(newest().number)]
+    assert client.post(url, again).status_code == 302  # told, the operator saves again
+    assert IntentRule.objects.get(pk=rule.pk).keywords == ["sum", "add", "plus", "total", "tally"]
+    assert (newest().created_by.username, newest().change) == ("tuner", "changed IntentRule sum-en")
+
+
+def test_it_saves_a_rule_when_only_another_rule_changed(client: Client, bob: Client) -> None:
+    rule, other = IntentRule.objects.get(name="sum-en"), IntentRule.objects.get(name="hashing")
+    url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    mine = opened(client, url, "intentrule_form")
+    other_url = f"/admin/planner_app/intentrule/{other.pk}/change/"
+    bob.post(other_url, {**opened(bob, other_url, "intentrule_form"), "priority": "5"})
+    assert client.post(url, {**mine, "priority": "7"}).status_code == 302
+    assert IntentRule.objects.get(pk=rule.pk).priority == 7
+
+
+def test_it_refuses_a_list_edit_over_a_newer_change(client: Client, bob: Client) -> None:
+    rule = IntentRule.objects.get(name="hashing")
+    mine = opened(client, "/admin/planner_app/intentrule/", "changelist-form")
+    url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    bob.post(url, {**opened(bob, url, "intentrule_form"), "priority": "5"})
+    row = next(
+        k[: -len("-id")] for k, v in mine.items() if k.endswith("-id") and v == [str(rule.pk)]
+    )
+    response = client.post(
+        "/admin/planner_app/intentrule/", {**mine, f"{row}-priority": "7", "_save": "Save"}
+    )
+    assert response.status_code == 200
+    assert "Rule hashing changed since you opened this form" in response.content.decode()
+    assert IntentRule.objects.get(pk=rule.pk).priority == 5
+
+
+def versioned_rows() -> dict[str, Any]:
+    """Return one row of each versioned kind besides rules, making those that don't ship."""
+    return {
+        "capability": Capability.objects.get(name="Summation"),
+        "capabilitymapping": CapabilityMapping.objects.get(tool="calculator",
+                                                           capability__name="Summation"),
+        "toolprofile": ToolProfile.objects.create(tool="calculator", cost=1.0),
+        "scoringweights": ScoringWeights.objects.first() or ScoringWeights.objects.create(),
+        "scorerule": ScoreRule.objects.create(score_name="helpful", threshold="false"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "theirs", "mine"),
+    [
+        ("capability", "description", "Add numbers up", "Sum numbers"),
+        ("capabilitymapping", "weight", "1.5", "2.5"),
+        ("toolprofile", "cost", "2.0", "3.0"),
+        ("scoringweights", "cost", "11.0", "12.0"),
+        ("scorerule", "note", "theirs", "mine"),
+    ],
+)
+def test_it_refuses_a_stale_edit_of_every_versioned_kind(
+    client: Client, bob: Client, kind: str, field: str, theirs: str, mine: str
+) -> None:
+    row = versioned_rows()[kind]
+    url = f"/admin/planner_app/{kind}/{row.pk}/change/"
+    mine_form, theirs_form = opened(client, url, f"{kind}_form"), opened(bob, url, f"{kind}_form")
+    assert bob.post(url, {**theirs_form, field: theirs}).status_code == 302
+    response = client.post(url, {**mine_form, field: mine})
+    assert response.status_code == 200
+    assert "changed since you opened this form" in response.content.decode()
+    assert "by bob at " in response.content.decode()
+    assert str(getattr(type(row).objects.get(pk=row.pk), field)) == theirs
+    assert newest().created_by.username == "bob"
+
+
+def test_it_refuses_a_stale_mapping_in_the_capability_page(client: Client, bob: Client) -> None:
+    capability = Capability.objects.get(name="Summation")
+    mapping = capability.mappings.get(tool="calculator")
+    mine = opened(
+        client, f"/admin/planner_app/capability/{capability.pk}/change/", "capability_form"
+    )
+    url = f"/admin/planner_app/capabilitymapping/{mapping.pk}/change/"
+    bob.post(url, {**opened(bob, url, "capabilitymapping_form"), "weight": "1.5"})
+    row = next(
+        k[: -len("-id")] for k, v in mine.items() if k.endswith("-id") and v == [str(mapping.pk)]
+    )
+    response = client.post(
+        f"/admin/planner_app/capability/{capability.pk}/change/", {**mine, f"{row}-weight": "4"}
+    )
+    assert "Mapping Summation -&gt; calculator changed since you opened this form" in (
+        response.content.decode()
+    )
+    assert CapabilityMapping.objects.get(pk=mapping.pk).weight == 1.5
+
+
+def test_an_edit_form_opened_before_a_rollback_still_saves(client: Client, bob: Client) -> None:
+    before = newest()
+    IntentRule.objects.get(name="regex").delete()
+    rule = IntentRule.objects.get(name="hashing")
+    url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    mine = opened(client, url, "intentrule_form")
+    confirm = {"action": "roll_back", "_selected_action": [before.pk], "confirmed": "yes"}
+    bob.post("/admin/planner_app/rulesetversion/", confirm)
+    assert newest().change == f"rolled back to v{before.number}"
+    assert client.post(url, {**mine, "priority": "4"}).status_code == 302  # same id, unchanged
+    assert IntentRule.objects.get(pk=rule.pk).priority == 4
+
+
+def test_it_refuses_an_edit_a_rollback_overtook(client: Client, bob: Client) -> None:
+    before = newest()
+    rule = IntentRule.objects.get(name="hashing")
+    url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    client.post(url, {**opened(client, url, "intentrule_form"), "priority": "3"})
+    mine = opened(client, url, "intentrule_form")
+    confirm = {"action": "roll_back", "_selected_action": [before.pk], "confirmed": "yes"}
+    bob.post("/admin/planner_app/rulesetversion/", confirm)
+    page = client.post(url, {**mine, "priority": "4"}).content.decode()
+    assert f"v{newest().number} by bob at " in page and "(priority 3 → 80)" in page
+    assert IntentRule.objects.get(pk=rule.pk).priority == 80
+
+
+def test_it_refuses_a_rollback_confirmed_after_the_rules_changed(
+    client: Client, bob: Client
+) -> None:
+    first = RuleSetVersion.objects.order_by("number").first()
+    IntentRule.objects.get(name="regex").delete()
+    page = client.post(
+        "/admin/planner_app/rulesetversion/",
+        {"action": "roll_back", "_selected_action": [first.pk]},
+    ).content.decode()
+    confirm = form_fields(page, "confirm-rollback")
+    rule = IntentRule.objects.get(name="hashing")
+    url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    bob.post(url, {**opened(bob, url, "intentrule_form"), "priority": "5"})
+    page = client.post("/admin/planner_app/rulesetversion/", confirm, follow=True)
+    html = page.content.decode()
+    assert f"The rules changed since you opened this page: now v{newest().number} by bob" in html
+    assert "<code>~ rule hashing: priority 5 → 80</code>" in html  # the rollback's diff, now
+    assert not IntentRule.objects.filter(name="regex").exists()  # nothing rolled back

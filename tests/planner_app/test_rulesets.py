@@ -116,3 +116,59 @@ def test_another_process_sees_a_change_on_its_next_call(default_rules: None) -> 
     finally:
         other.kill()
         other.wait(timeout=10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_writes_the_version_in_the_transaction_of_the_edit(default_rules: None) -> None:
+    first = rulesets.latest_number()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        rule = IntentRule.objects.get(name="hashing")
+        rule.priority = 1
+        rule.save()
+        written = RuleSetVersion.objects.order_by("-number").first()
+        assert written.number == first + 1  # before the commit, beside the edit
+        assert next(r for r in written.snapshot["rules"] if r["name"] == "hashing")["priority"] == 1
+        raise RuntimeError("the edit fails")
+    assert rulesets.latest_number() == first  # gone with the edit
+    assert IntentRule.objects.get(name="hashing").priority == 80
+
+
+def ids_of_every_row() -> dict[str, dict[str, int]]:
+    snapshot = rulesets.take_snapshot()
+    return {
+        section: {str(rulesets._KEY_OF[section](row)): row["id"] for row in snapshot[section]}
+        for section in ("capabilities", "rules", "mappings")
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_rolls_back_in_place_keeping_every_id(default_rules: None) -> None:
+    original, ids = rulesets.current_ruleset().version, ids_of_every_row()
+    IntentRule.objects.get(name="regex").delete()
+    Capability.objects.filter(name="Arithmetic").update(name="Maths")
+    Capability.objects.get(name="Maths").save()  # a rename (saved: a version)
+    IntentRule.objects.create(name="brand-new", keywords=["zebra"])
+    hashing = IntentRule.objects.get(name="hashing")
+    hashing.priority = 1
+    hashing.save()
+    rulesets.rollback(original)
+    assert ids_of_every_row() == ids  # updated in place, regex back under its old id
+    assert not IntentRule.objects.filter(name="brand-new").exists()
+    newest = RuleSetVersion.objects.order_by("-number").first()
+    assert newest.snapshot == rulesets.take_snapshot()  # what the planner runs is the rows
+    target = RuleSetVersion.objects.get(number=original).snapshot
+    assert rulesets.diff(target, newest.snapshot) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_rolls_back_two_rules_that_swapped_names(default_rules: None) -> None:
+    original = rulesets.current_ruleset().version
+    hashing, regex = IntentRule.objects.get(name="hashing"), IntentRule.objects.get(name="regex")
+    with transaction.atomic():
+        IntentRule.objects.filter(pk=hashing.pk).update(name="swap")
+        IntentRule.objects.filter(pk=regex.pk).update(name="hashing")
+        IntentRule.objects.filter(pk=hashing.pk).update(name="regex")
+        rulesets.record_version("swapped")
+    rulesets.rollback(original)
+    assert IntentRule.objects.get(pk=hashing.pk).name == "hashing"
+    assert IntentRule.objects.get(pk=regex.pk).name == "regex"
