@@ -221,7 +221,7 @@ def test_it_searches_sorts_and_keeps_each_request_on_one_line(
     assert row_height < 2.5 * line  # no cell of the row wraps to 3 lines
     # The request's text takes one line box; the whole text is in the title.
     lines = cell.evaluate(
-        "td => { const r = document.createRange(); r.selectNodeContents(td);"
+        "td => { const r = document.createRange(); r.selectNodeContents(td.firstChild);"
         " return new Set(Array.from(r.getClientRects(), b => Math.round(b.top))).size; }"
     )
     assert lines == 1
@@ -274,3 +274,56 @@ def test_the_range_follows_the_operator_across_pages(staff_page: Any, live_serve
     assert "last 6 hours" in page.locator(".range-picker .range").inner_text()
     assert "range=" not in (page.locator("header nav a:has-text('Sandbox')").get_attribute("href"))
     assert_stayed_local(page, live_server)
+
+
+LONG_TOOLS = [
+    "mcp.github-enterprise.search_pull_requests_by_label_and_milestone",
+    "mcp.atlassian-confluence-cloud.get_page_children_with_attachments",
+    "mcp.internal-data-warehouse.run_saved_query_against_quarterly_snapshot",
+]
+NO_PAGE_SCROLL = "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+
+
+def busy_traces() -> None:
+    """Store traces as a busy site has them: long agent and tool names, big numbers."""
+    for index in range(3):
+        trace_id = secrets.token_hex(16)
+        record(
+            make_span(trace_id=trace_id, agent="customer-support-escalation-agent-eu-west-1",
+                      kind="llm", tool_name="", chosen_by=None, ran_on=None, model="gpt-4o",
+                      request_text="Summarise every open incident for the enterprise tier " * 4,
+                      input_tokens=98_765_432, output_tokens=1_234_567, cost_usd=12_345.678901,
+                      started_at=at(index * 10), latency_ms=3_456_789.5),
+            *(make_span(trace_id=trace_id, agent="customer-support-escalation-agent-eu-west-1",
+                        tool_name=tool, status="error", error_kind="timeout", result=None,
+                        started_at=at(index * 10 + 1 + n), latency_ms=1_234_567.8)
+              for n, tool in enumerate(LONG_TOOLS)),
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_the_traces_list_never_scrolls_the_page_sideways(
+    staff_page: Any, live_server: Any, width: int, screenshot: Callable[[Any, str], Path]
+) -> None:
+    busy_traces()
+    page = staff_page
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"{live_server.url}/traces/")
+    assert page.locator("#traces tbody tr").count() == 3
+    screenshot(page, f"traces-{width}")
+    assert page.evaluate(NO_PAGE_SCROLL), page.evaluate("document.documentElement.scrollWidth")
+    assert page.locator("#traces td.tokens").first.inner_text() == "99,999,999"
+    assert page.locator("#traces td.cost").first.inner_text() == "12,345.68"
+    if width == 1440:  # every column in sight, Cost and Latency included, with no scrolling
+        shown = page.locator("#traces-scroll").bounding_box()
+        assert page.locator("#traces-scroll").evaluate("box => box.scrollWidth <= box.clientWidth")
+        for header in ("Cost", "Latency"):
+            box = page.locator(f"#traces th:has-text('{header}')").bounding_box()
+            right = box["x"] + box["width"]
+            assert box["x"] >= 0 and right <= min(width, shown["x"] + shown["width"]), header
+    else:  # a phone: the table scrolls inside its own box, the page does not
+        scrolls = page.locator("#traces").evaluate(
+            "t => [t, t.parentElement].filter(box => box.scrollWidth > box.clientWidth)"
+            ".map(box => getComputedStyle(box).overflowX)"
+        )
+        assert scrolls and set(scrolls) == {"auto"}
