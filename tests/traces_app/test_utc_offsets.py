@@ -90,7 +90,8 @@ def test_it_rejects_a_span_at_an_unstorable_moment_and_keeps_the_batch(
     assert Invocation.objects.count() == 2
 
 
-def test_it_reads_an_otlp_start_time_as_utc(post):
+def test_it_reads_an_otlp_start_time_as_utc(post, settings):
+    settings.ARES_RETENTION_DAYS = 10 * 365  # the moment is fixed, so older than the default
     sent = tool_span(start_time_unix_nano=1_767_225_600_123_456_789)  # 2026-01-01 00:00:00.123456Z
     sent.end_time_unix_nano = sent.start_time_unix_nano + 10**6
 
