@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.apps import apps as django_apps
 from django.core.management import call_command
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
@@ -180,3 +182,29 @@ def test_the_purge_deletes_ended_traces_with_their_scores_and_spirals(settings: 
     assert list(Score.objects.values_list("trace_id", flat=True)) == [running_trace]
     kept = Trace.objects.get(pk=running_trace)
     assert (kept.span_count, kept.invocations.count()) == (2, 1)  # totals kept, old span gone
+
+
+migration = importlib.import_module("traces_app.migrations.0013_purge_horizon_and_job_leases")
+
+
+def test_the_migration_freezes_the_hours_an_earlier_purge_emptied() -> None:
+    oldest_span = NOW - timedelta(days=2, minutes=30)
+    record_invocations([InvocationIn.model_validate(make_span(started_at=oldest_span.isoformat()))])
+    ToolRollup.objects.create(tool_name="calculator", bucket_start=PURGED_HOUR, calls=100)
+
+    migration.horizon_of_earlier_purges(django_apps, None)
+
+    horizon = PurgeHorizon.objects.get().raw_spans_from
+    assert horizon == oldest_span.replace(minute=0, second=0, microsecond=0)
+    RollupMark.objects.create(bucket_start=PURGED_HOUR, tool_name="calculator")
+    recount_all_marked_rollups()
+    assert _calls(PURGED_HOUR) == 100
+
+
+def test_the_migration_freezes_nothing_on_a_database_never_purged() -> None:
+    record_invocations([InvocationIn.model_validate(make_span())])
+    recount_all_marked_rollups()
+
+    migration.horizon_of_earlier_purges(django_apps, None)
+
+    assert not PurgeHorizon.objects.exists()
