@@ -26,7 +26,9 @@ exactly three digits: "1,000,000" is one number, "1,2,3" and "1,000,5" are lists
 cannot tell what "100,200,300" is: it reads as one number, except where a list function
 (mean, gcd, ...) would get it as its only argument, and inside the parentheses of a function
 that takes several arguments, where commas separate arguments as in the calculator's own
-syntax. Write "100, 200, 300" (with spaces) to mean a list everywhere. Chinese numerals
+syntax. Write "100, 200, 300" (with spaces) to mean a list everywhere. Outside a function's
+parentheses, a comma left after that separates numbers: "3, 4 and 5" are three numbers,
+never "3,4" and 5. Chinese numerals
 (三, 十二, 一百) are read where they touch a maths word (三的平方, 从一加到一百), not
 elsewhere, so 一下 or 一个 stay words. English number words ("two") are not read.
 
@@ -1075,22 +1077,51 @@ def _without_outer_parentheses(expression: str) -> str:
     return expression
 
 
+def _list_parts(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Return a span cut at its commas outside parentheses: the items of a list.
+
+    Thousands separators are gone by now (the rewrite), and the calculator takes a comma
+    only between a function's arguments, so "3, 4" or "3,4" here are two numbers, never
+    one written "3,4".
+    """
+    parts, depth, part_start = [], 0, start
+    for index in range(start, end):
+        char = text[index]
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth <= 0:
+            parts.append((part_start, index))
+            part_start = index + 1
+    return [*parts, (part_start, end)]
+
+
+def _spans(text: str) -> list[tuple[int, int]]:
+    """Return where the text holds arithmetic: runs of numbers and operators, lists cut."""
+    return [
+        (start, end)
+        for match in _SPAN.finditer(text)
+        for start, end in _list_parts(text, *match.span())
+        if _HAS_DIGIT.search(text, start, end)
+    ]
+
+
 def _expression_in(text: str, applied: list[str]) -> Extraction:
     """Return the request's one arithmetic expression, or why there is none to trust."""
-    spans = [span for span in _SPAN.finditer(text) if _HAS_DIGIT.search(span[0])]
+    where = _spans(text)
+    spans = [text[start:end] for start, end in where]
     if not spans:
         return _needs_llm("no number found in the request")
     outside = text
-    for span in reversed(spans):  # from the end, so earlier positions stay valid
-        outside = f"{outside[: span.start()]} {outside[span.end() :]}"
+    for start, end in reversed(where):  # from the end, so earlier positions stay valid
+        outside = f"{outside[:start]} {outside[end:]}"
     leftover = _OPERATION_WORDS.search(outside)
     if leftover:
-        where = f"the expression {_trimmed(spans[0][0])}" if len(spans) == 1 else "any expression"
-        return _needs_llm(f"{leftover[0]!r} is left outside {where}")
+        place = f"the expression {_trimmed(spans[0])}" if len(spans) == 1 else "any expression"
+        return _needs_llm(f"{leftover[0]!r} is left outside {place}")
     if len(spans) > 1:
-        parts = ", ".join(repr(_trimmed(span[0])) for span in spans[:4])
-        return _needs_llm(f"numbers in several places ({parts}), not one expression")
-    expression = _trimmed(spans[0][0])
+        parts = ", ".join(repr(_trimmed(span)) for span in spans[:4])
+        more = f" and {len(spans) - 4} more" if len(spans) > 4 else ""
+        return _needs_llm(f"numbers in several places ({parts}{more}), not one expression")
+    expression = _trimmed(spans[0])
     if not _HAS_OPERATION.search(expression):
         return _needs_llm(f"only the number {expression}, no operation on it")
     how = f"read {', '.join(applied)}" if applied else "an arithmetic expression"

@@ -44,8 +44,8 @@ class IntentRule:
     @cached_property
     def matcher(self) -> re.Pattern[str] | None:
         """Return a regex for what the indexes can't do: phrases and the rule's own patterns."""
-        parts = [
-            rf"\b{re.escape(k.strip())}(?:s|es)?\b"
+        parts = [  # never inside a number: "5 percent" is not in "1.5 percent"
+            rf"(?<![0-9][.,])\b{re.escape(k.strip())}(?:s|es)?\b(?![.,][0-9])"
             for k in self.keywords
             if _LATIN_WORD.match(k.strip()) and not _SINGLE_WORD.match(k.strip())
         ]

@@ -196,6 +196,38 @@ def test_it_reads_commas_by_the_digit_group_rule(request_text: str, expression: 
 
 
 @pytest.mark.parametrize(
+    ("request_text", "expression", "numbers_read"),
+    [
+        ("sum of 3, 4 and 5", "sum(3,4,5)", ""),
+        ("sum of 3,400, 4 and 5", "sum(3400,4,5)", ""),
+        ("sum of -3, 4.5 and 5", "sum(-3,4.5,5)", ""),
+        ("sum of 1,250.5, 2 and 3", "sum(1250.5,2,3)", ""),
+        ("what is 3,400 minus 5", "3400-5", ""),
+        ("what is 1,250.5 plus 2", "1250.5+2", ""),
+        ("what is -1,250.5 times 2", "-1250.5*2", ""),
+        ("what is 2+3, please", "2+3", ""),
+        ("what is max(3, 4) + 1", "max(3,4)+1", ""),
+        # Without an operation there is nothing to compute: the reason names each number.
+        ("tally 3, 4 and 5", None, "('3', '4', '5')"),
+        ("tally 3,4,5", None, "('3', '4', '5')"),
+        ("tally -3, 4.5 and 5", None, "('-3', '4.5', '5')"),
+        ("tally 3,400 and 5", None, "('3400', '5')"),
+        ("tally 1,250.5, 2 and 3", None, "('1250.5', '2', '3')"),
+        ("tally 1, 2, 3, 4, 5 and 6", None, "('1', '2', '3', '4' and 2 more)"),
+    ],
+)
+def test_it_reads_a_list_as_its_numbers_and_3_400_as_one(
+    request_text: str, expression: str | None, numbers_read: str
+) -> None:
+    extraction = extract_arguments("calculator", request_text)
+    if expression is None:
+        assert extraction.needs_llm
+        assert f"numbers in several places {numbers_read}" in extraction.reason
+    else:
+        assert extraction.arguments == {"expression": expression}
+
+
+@pytest.mark.parametrize(
     ("request_text", "expression"),
     [
         ("二的十次方", "2**10"),

@@ -188,6 +188,40 @@ def test_a_short_chinese_keyword_never_matches_inside_a_longer_one(
     assert {m.rule: m.matched for m in intent.matches} == matched
 
 
+NUMBERS = RuleSet(
+    version=1,
+    rules=(
+        IntentRule("percent", ("Arithmetic",), patterns=(r"\d\s*%",), priority=10),
+        IntentRule("five-percent", ("Discount",), keywords=("5%", "5 percent"), priority=20),
+        IntentRule("four-hundred", ("Hundreds",), keywords=("400",), priority=30),
+        IntentRule("chain", ("Chain",), patterns=(r"\d\s*\*\s*\d",), priority=40),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "matched"),
+    [
+        ("what is 17% of 2,340", {"percent": ("17%",)}),
+        ("take 25% off", {"percent": ("25%",)}),  # "5%" is not in 25%
+        ("take 5% off", {"percent": ("5%",), "five-percent": ("5%",)}),
+        ("a 1.5 percent fee", {}),  # "5 percent" is not in 1.5 percent
+        ("a 5 percent fee", {"five-percent": ("5 percent",)}),
+        ("a 5 percent.", {"five-percent": ("5 percent",)}),
+        ("a 2.5% fee", {"percent": ("2.5%",)}),
+        ("count to 3,400", {}),  # 400 is not a word of 3,400
+        ("count 3, 400 and 5", {"four-hundred": ("400",)}),  # a list: 400 is its own number
+        ("what is 12*34", {"chain": ("12*34",)}),  # the pattern's match is whole numbers
+        ("1,250.5*2", {"chain": ("1,250.5*2",)}),
+    ],
+)
+def test_no_keyword_or_pattern_matches_a_piece_of_a_number(
+    request_text: str, matched: dict[str, tuple[str, ...]]
+) -> None:
+    intent = ANALYZER.analyze(request_text, NUMBERS)
+    assert {m.rule: m.matched for m in intent.matches} == matched
+
+
 def test_it_says_a_mapped_tool_is_disabled() -> None:
     registry = ToolRegistry([_tool("abacus", enabled=False)])
     rules = RuleSet(version=1, mappings=(CapabilityMapping("Summation", "abacus"),))
