@@ -11,8 +11,9 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -54,9 +55,13 @@ class VersionedForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self.opened_version is not None and self.instance.pk and self.has_changed():
-            problem = rulesets.stale_edit(self.instance, self.opened_version)
-            if problem:
-                raise forms.ValidationError(problem, code="stale")
+            changes = rulesets.changed_since(self.instance, self.opened_version)
+            if changes:
+                raise forms.ValidationError(
+                    f"{changes} Your edit was not saved. What you typed is still in the form: "
+                    "check it against those changes and save again to apply it.",
+                    code="stale",
+                )
         return data
 
 
@@ -110,9 +115,22 @@ class VersionedAdmin(admin.ModelAdmin):
         with editing(request):
             return super().changelist_view(request, with_version(extra_context))
 
-    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         with editing(request):
-            return super().delete_view(request, *args, **kwargs)
+            refused = self._refuse_stale_delete(request, object_id)
+            return refused or super().delete_view(request, object_id, with_version(extra_context))
+
+    def _refuse_stale_delete(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
+        """Send a deletion confirmed on a page older than the row's last change back to it."""
+        marker = request.POST.get(VERSION_FIELD)
+        row = self.get_object(request, unquote(object_id)) if marker is not None else None
+        changes = row and rulesets.changed_since(row, int(marker) if marker.isdigit() else 0)
+        if not changes:
+            return None
+        self.message_user(request, f"{changes} Nothing was deleted.", messages.ERROR)
+        return HttpResponseRedirect(request.path)  # the confirmation again, as it is now
 
     def get_form(self, request: HttpRequest, *args: Any, **kwargs: Any) -> type[forms.ModelForm]:
         return opened_at(super().get_form(request, *args, **kwargs), request)

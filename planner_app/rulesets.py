@@ -366,9 +366,9 @@ def _without_id(row: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in row.items() if name != "id"}
 
 
-def stale_edit(instance: Any, opened: int) -> str:
-    """Return why saving `instance` from a form opened at version `opened` would overwrite
-    a change made since (who, when, which version, what), or "" when it would not.
+def changed_since(instance: Any, opened: int) -> str:
+    """Return how `instance` changed since version `opened` (who, when, which version, what),
+    or "" when it did not: a form opened then would save over those changes.
 
     Call it under the lock (inside `editing`), so nothing can change before the save.
     """
@@ -400,11 +400,7 @@ def stale_edit(instance: Any, opened: int) -> str:
     shown = "; ".join(changes[-3:]) + (f" (and {len(changes) - 3} earlier)" if len(changes) > 3
                                         else "")  # fmt: skip
     subject = "The scoring weights" if section == "weights" else f"{_LABEL_OF[section]} {instance}"
-    return (
-        f"{subject[0].upper()}{subject[1:]} changed since you opened this form, "
-        f"so your edit was not saved: {shown}. What you typed is still in the form: check "
-        "it against those changes and save again to apply it."
-    )
+    return f"{subject[0].upper()}{subject[1:]} changed since you opened this form: {shown}."
 
 
 def _entry(snapshot: dict[str, Any], section: str, pk: int | None, natural: Any) -> Any:

@@ -257,8 +257,10 @@ def test_it_refuses_an_edit_from_a_form_opened_before_another_save(
     response = client.post(url, {**mine, "keywords": "sum, add, plus, total, tally"})
     page = response.content.decode()
     assert response.status_code == 200
-    assert "Rule sum-en changed since you opened this form, so your edit was not saved" in page
-    assert f"v{newest().number} by bob at " in page and "(keywords −plus)" in page
+    assert "Rule sum-en changed since you opened this form: v" in page
+    assert (
+        f"v{newest().number} by bob at " in page and "(keywords −plus). Your edit was not" in page
+    )
     assert IntentRule.objects.get(pk=rule.pk).keywords == ["sum", "add", "total"]
     again = form_fields(page, "intentrule_form")
     assert again["keywords"] == ["sum, add, plus, total, tally"]  # what was typed, kept
@@ -395,3 +397,18 @@ def test_it_refuses_a_rollback_confirmed_after_the_rules_changed(
     assert f"The rules changed since you opened this page: now v{newest().number} by bob" in html
     assert "<code>~ rule hashing: priority 5 → 80</code>" in html  # the rollback's diff, now
     assert not IntentRule.objects.filter(name="regex").exists()  # nothing rolled back
+
+
+def test_it_refuses_a_delete_confirmed_before_another_save(client: Client, bob: Client) -> None:
+    rule = IntentRule.objects.get(name="hashing")
+    delete = f"/admin/planner_app/intentrule/{rule.pk}/delete/"
+    mine = opened(client, delete, "delete-confirmation")
+    url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    bob.post(url, {**opened(bob, url, "intentrule_form"), "priority": "5"})
+    page = client.post(delete, mine, follow=True).content.decode()
+    assert "Rule hashing changed since you opened this form: v" in page
+    assert "(priority 80 → 5). Nothing was deleted." in page
+    assert IntentRule.objects.filter(pk=rule.pk).exists()
+    again = form_fields(page, "delete-confirmation")  # the confirmation, as it is now
+    assert client.post(delete, again).status_code == 302
+    assert not IntentRule.objects.filter(pk=rule.pk).exists()

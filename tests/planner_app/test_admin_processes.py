@@ -28,7 +28,7 @@ PASSWORD = "a-long-enough-password"
 EDITORS = ("alice", "bob")
 ROUNDS = 6
 ROLLBACK_ROUNDS = 3
-STALE = "changed since you opened this form, so your edit was not saved"
+STALE = "changed since you opened this form: "
 STALE_ROLLBACK = "The rules changed since you opened this page"
 
 
