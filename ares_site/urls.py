@@ -13,6 +13,8 @@ admin.site.index_title = "Administration"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("healthz", views.healthz, name="healthz"),
+    path("login/", views.ConsoleLoginView.as_view(), name="console-login"),
+    path("logout/", views.log_out, name="console-logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("v1/traces", otlp_views.export_traces, name="otlp-traces"),  # the OTLP/HTTP standard path

@@ -1,12 +1,17 @@
-"""Site-wide pages: the overview and the health check."""
+"""Site-wide pages: the overview, logging in and out of the console, and the health check."""
 
 from __future__ import annotations
 
+from django.contrib import messages
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth import logout
+from django.contrib.auth.views import LoginView
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from ares_site.overview import FAILING_ORDERS, active_spirals, overview_of
 from traces_app.dashboards import fresh_range_context
@@ -33,6 +38,27 @@ def overview(request: HttpRequest) -> HttpResponse:
         range_note="whole UTC hours",
     )
     return render(request, "ares_site/overview.html", context)
+
+
+class ConsoleLoginView(LoginView):
+    """Log a staff member in on the console's own page, then back to the overview or `next`."""
+
+    template_name = "ares_site/login.html"
+    authentication_form = AdminAuthenticationForm  # staff only, as the pages themselves
+    redirect_authenticated_user = True
+    next_page = "overview"
+
+
+@require_POST
+def log_out(request: HttpRequest) -> HttpResponse:
+    """Log out and come back to the console's login page, which says so.
+
+    The admin's own logout ends on its "Logged out" page, outside the console.
+    """
+    name = request.user.get_username()
+    logout(request)  # flushes the session; the message lives in its cookie meanwhile
+    messages.success(request, f"{name} is logged out." if name else "You are logged out.")
+    return redirect("console-login")
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
