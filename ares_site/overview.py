@@ -56,14 +56,15 @@ class Overview:
     previous: SpanTotals = field(default_factory=SpanTotals)
     previous_tool_failures: int = 0
     previous_tool_p95_ms: float = 0.0
+    tool_stopped: int = 0  # tool calls stopped by their caller: in no error rate
 
     @property
     def error_rate(self) -> str:
-        return _rate(self.totals.failures, self.totals.calls)
+        return _error_rate(self.totals)
 
     @property
     def tool_error_rate(self) -> str:
-        return _rate(self.tool_failures, self.totals.tool_calls)
+        return _rate(self.tool_failures, self.totals.tool_calls - self.tool_stopped)
 
     @property
     def changes(self) -> dict[str, Change]:
@@ -72,7 +73,8 @@ class Overview:
         return {
             "calls": relative_change(now.calls, before.calls),
             "error_rate": rate_change(
-                _share(now.failures, now.calls), _share(before.failures, before.calls)
+                _share(now.failures, now.calls_not_stopped),
+                _share(before.failures, before.calls_not_stopped),
             ),
             "tool_p95": relative_change(
                 round(self.tool_p95_ms, 1) if now.tool_calls else 0,
@@ -106,6 +108,7 @@ def overview_of(time_range: TimeRange, failing_order: str = "count") -> Overview
         previous=previous.totals,
         previous_tool_failures=sum(tool.failures for tool in previous_tools.values()),
         previous_tool_p95_ms=_p95(previous_tools.values()),
+        tool_stopped=sum(tool.stopped for tool in tools),
     )
 
 
@@ -114,15 +117,16 @@ def failing_tools(
 ) -> list[FailingTool]:
     """Return the tools that failed, by failures or by failure rate, most first.
 
-    The rate is failures over all calls, caller faults included, as the failures are.
+    The rate is failures over all calls, caller faults included, as the failures are;
+    calls stopped by their caller are neither.
     """
     found = []
     for tool in tools:
         if not tool.failures:
             continue
         before = previous.get(tool.tool_name)
-        before_rate = _share(before.failures, before.calls) if before else None
-        rate = tool.failures / tool.calls
+        before_rate = _share(before.failures, before.calls_not_stopped) if before else None
+        rate = tool.failures / tool.calls_not_stopped
         found.append(FailingTool(tool, rate, before_rate, rate_change(rate, before_rate)))
     if order == "rate":
         found.sort(key=lambda item: (-item.rate, -item.tool.failures, item.tool.tool_name))
@@ -181,7 +185,7 @@ def calls_chart(buckets: list[tuple[datetime, SpanTotals]]) -> Chart:
     """Return calls and failures (all span kinds) per chart bucket."""
     x = [start for start, _ in buckets]
     rows = [
-        [_when(start), t.calls, t.tool_calls, t.llm_calls, t.failures, _rate(t.failures, t.calls)]
+        [_when(start), t.calls, t.tool_calls, t.llm_calls, t.failures, _error_rate(t)]
         for start, t in buckets
     ]
     traces = [
@@ -243,6 +247,11 @@ def share_chart(chart_id: str, title: str, label: str, counts: dict[str, int]) -
 
 def _when(moment: datetime) -> str:
     return f"{moment:%Y-%m-%d %H:%M}"
+
+
+def _error_rate(totals: SpanTotals) -> str:
+    """Return the share of spans that failed, of those not stopped by their caller."""
+    return _rate(totals.failures, totals.calls_not_stopped)
 
 
 def _rate(part: int, whole: int) -> str:

@@ -12,7 +12,7 @@ from planner_app.pipeline.planner import Plan, Planner
 from planner_app.pipeline.scoring import Evidence
 from planner_app.rulesets import current_ruleset
 from tools_app.runtime import get_engine
-from traces_app.models import Invocation, Score, caller_fault_q
+from traces_app.models import Invocation, Score, SpanStatus, caller_fault_q
 
 _planner = Planner()
 _evidence_lock = threading.Lock()
@@ -22,14 +22,15 @@ _evidence: dict[tuple[str, int], tuple[float, Evidence | None]] = {}
 def recent_evidence(tool: str, window: int) -> Evidence | None:
     """Return the tool's record over its last `window` calls from every path (cached briefly).
 
-    Calls that failed by the caller's fault (CALLER_FAULTS) are not the tool's record and
-    are left out: the window is the tool's last calls that judge it.
+    Calls that failed by the caller's fault (CALLER_FAULTS) or were stopped by it are not
+    the tool's record and are left out: the window is the tool's last calls that judge it.
     """
     now = time.monotonic()
     cached = _evidence.get((tool, window))
     if cached is not None and now - cached[0] < settings.ARES_PLANNER_EVIDENCE_TTL_S:
         return cached[1]
     spans = Invocation.objects.filter(tool_name=tool, kind="tool").exclude(caller_fault_q())
+    spans = spans.exclude(status=SpanStatus.STOPPED)  # a user's Stop judges no tool
     latest = spans.order_by("-started_at").values_list(
         "trace_id", "span_id", "status", "latency_ms"
     )

@@ -413,6 +413,9 @@ class ToolEngine:
         if result.error is not None:
             span["error_kind"] = str(result.error.kind)
             span["error_message"] = format_error(name, result.error)
+        if _stopped_by_caller(result, context):
+            # The user's Stop is no failure of the tool: it counts in no error rate.
+            span["status"] = "stopped"
         return span
 
     async def _record(self, spans: list[dict[str, Any]]) -> None:
@@ -423,6 +426,12 @@ class ToolEngine:
             await loop.run_in_executor(self._record_pool, self.recorder, spans)
         except Exception:  # a lost record must not turn a good result into a failure
             logger.exception("could not record %d tool span(s)", len(spans))
+
+
+def _stopped_by_caller(result: ToolResult, context: CallContext) -> bool:
+    """Return whether a call failed only because its caller stopped the task."""
+    error = result.error
+    return error is not None and error.kind == ErrorKind.CANCELLED and context.stopped
 
 
 class _Stopped(Exception):

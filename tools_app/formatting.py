@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools_app.specs import ToolError
+from tools_app.specs import ErrorKind, ToolError
 
 CHARS_PER_TOKEN = 4  # a rough, conservative rule for English text and JSON
 DEFAULT_MAX_TOKENS = 800
@@ -46,7 +46,10 @@ def format_result(
 
 def format_error(tool: str, error: ToolError) -> str:
     """Return a failed call as text for the model: what failed, why, and what to fix."""
-    text = f"{tool} failed ({error.kind}): {error.message}"
+    if error.kind == ErrorKind.CANCELLED:  # not run, or stopped: no failure of the tool
+        text = f"{tool} was cancelled: {error.message}"
+    else:
+        text = f"{tool} failed ({error.kind}): {error.message}"
     if error.problems:
         text += "\n" + "\n".join(f"- {problem}" for problem in error.problems)
     return text

@@ -45,6 +45,7 @@ class ToolTotals:
     calls: int = 0
     successes: int = 0
     failures: int = 0
+    stopped: int = 0  # stopped by their caller: neither successes nor failures
     failures_by_kind: dict[str, int] = field(default_factory=dict)
     latency_histogram: list[int] = field(default_factory=empty_histogram)
     latency_sum_ms: float = 0.0
@@ -57,6 +58,7 @@ class ToolTotals:
         self.calls += rollup.calls
         self.successes += rollup.successes
         self.failures += rollup.failures
+        self.stopped += rollup.stopped
         self.failures_by_kind = merge_counts(self.failures_by_kind, rollup.failures_by_kind)
         self.latency_histogram = merge(self.latency_histogram, rollup.latency_histogram)
         self.latency_sum_ms += rollup.latency_sum_ms
@@ -72,8 +74,8 @@ class ToolTotals:
 
     @property
     def judged_calls(self) -> int:
-        """Return the calls that judge the tool: all but the caller's faults."""
-        return self.calls - self.caller_faults
+        """Return the calls that judge the tool: all but the caller's faults and stops."""
+        return self.calls - self.caller_faults - self.stopped
 
     @property
     def success_rate(self) -> float | None:
@@ -85,9 +87,15 @@ class ToolTotals:
         """Return the mean latency of the calls judging the tool.
 
         The caller's faults are refused before the tool runs, in a fraction of a
-        millisecond, so their latency is left in the sum but not in the count.
+        millisecond, so their latency is left in the sum but not in the count; a stopped
+        call ended early, so its latency tells nothing either (in the sum, a small excess).
         """
         return self.latency_sum_ms / self.judged_calls if self.judged_calls else 0.0
+
+    @property
+    def calls_not_stopped(self) -> int:
+        """Return the calls a failure rate is of: a stopped one neither failed nor succeeded."""
+        return self.calls - self.stopped
 
     @property
     def p50_ms(self) -> float:
@@ -141,6 +149,7 @@ class SpanTotals:
 
     calls: int = 0
     failures: int = 0
+    stopped: int = 0  # spans stopped by their caller: not failures
     caller_faults: int = 0  # failed tool calls that were the caller's fault (CALLER_FAULTS)
     tool_calls: int = 0
     llm_calls: int = 0
@@ -152,6 +161,7 @@ class SpanTotals:
     def add(self, rollup: SpanRollup) -> None:
         self.calls += rollup.calls
         self.failures += rollup.failures
+        self.stopped += rollup.stopped
         self.caller_faults += rollup.caller_faults
         self.tool_calls += rollup.calls if rollup.kind == "tool" else 0
         self.llm_calls += rollup.calls if rollup.kind == "llm" else 0
@@ -163,6 +173,11 @@ class SpanTotals:
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def calls_not_stopped(self) -> int:
+        """Return the spans an error rate is of: a stopped one neither failed nor succeeded."""
+        return self.calls - self.stopped
 
 
 @dataclass

@@ -40,6 +40,9 @@ class ChosenBy(models.TextChoices):
 class SpanStatus(models.TextChoices):
     OK = "ok", "OK"
     ERROR = "error", "Error"
+    # Ended by its caller's stop (the sandbox's Stop, a closed stream): no failure of the
+    # tool, model or agent, and no success either, so it counts as neither anywhere.
+    STOPPED = "stopped", "Stopped"
 
 
 # Error kinds that are the caller's fault, not the tool's: arguments that break the
@@ -56,6 +59,14 @@ CALLER_FAULTS = frozenset({"invalid_arguments", "permission_denied", "disabled",
 class TraceStatus(models.TextChoices):
     OK = "ok", "OK"
     ERROR = "error", "Has failures"
+    STOPPED = "stopped", "Stopped"  # stopped by its caller, and nothing failed
+
+
+def trace_status(failed_calls: int, stopped_calls: int) -> str:
+    """Return a trace's status: a failure outweighs a stop, which outweighs ok."""
+    if failed_calls:
+        return TraceStatus.ERROR
+    return TraceStatus.STOPPED if stopped_calls else TraceStatus.OK
 
 
 class Dialect(models.TextChoices):
@@ -94,6 +105,9 @@ class Trace(models.Model):
     agent = models.CharField(max_length=200, blank=True)
     session_id = models.CharField(max_length=200, blank=True)
     request_text = models.TextField(blank=True)
+    # When the span the request text is from started: a span that started earlier brings
+    # its own, in whatever order they arrive (see add_to_trace_totals).
+    request_started_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField()
     status = models.CharField(max_length=16, choices=TraceStatus.choices, default=TraceStatus.OK)
@@ -101,6 +115,9 @@ class Trace(models.Model):
     tool_calls = models.PositiveIntegerField(default=0)
     llm_calls = models.PositiveIntegerField(default=0)
     failed_calls = models.PositiveIntegerField(default=0)
+    stopped_calls = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Spans ended by their caller's stop: not failures"
+    )
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.FloatField(default=0.0)
@@ -151,6 +168,7 @@ class Trace(models.Model):
             tool_calls=models.Count("pk", filter=models.Q(kind=SpanKind.TOOL)),
             llm_calls=models.Count("pk", filter=models.Q(kind=SpanKind.LLM)),
             failed_calls=models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
+            stopped_calls=models.Count("pk", filter=models.Q(status=SpanStatus.STOPPED)),
             input_tokens=models.Sum("input_tokens", default=0),
             output_tokens=models.Sum("output_tokens", default=0),
             cost_usd=models.Sum("cost_usd", default=0.0),
@@ -165,7 +183,7 @@ class Trace(models.Model):
         ends = [span.ended_at for span in spans.only("started_at", "latency_ms")]
         if ends:
             self.ended_at = max(ends)
-        self.status = TraceStatus.ERROR if self.failed_calls else TraceStatus.OK
+        self.status = trace_status(self.failed_calls, self.stopped_calls)
         self.updated_at = timezone.now()
         self.save()
 
@@ -470,7 +488,7 @@ def _summed_totals() -> dict[str, models.Sum]:
 
 ROLLUP_BUCKET = timedelta(hours=1)
 ROLLUP_TOTAL_FIELDS = [
-    "calls", "successes", "failures", "failures_by_kind", "latency_histogram",
+    "calls", "successes", "failures", "stopped", "failures_by_kind", "latency_histogram",
     "latency_sum_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
     "updated_at",
 ]  # fmt: skip
@@ -534,6 +552,9 @@ class ToolRollup(models.Model):
     calls = models.PositiveIntegerField(default=0)
     successes = models.PositiveIntegerField(default=0)
     failures = models.PositiveIntegerField(default=0)
+    stopped = models.PositiveIntegerField(
+        default=0, help_text="Calls stopped by their caller: neither successes nor failures"
+    )
     failures_by_kind = models.JSONField(default=dict, blank=True)
     latency_histogram = models.JSONField(
         default=empty_histogram, help_text="Calls per bin of traces_app.rollups.LATENCY_EDGES_MS"
@@ -570,6 +591,8 @@ class ToolRollup(models.Model):
             self.failures += calls
             kind = group["error_kind"] or "unknown"
             self.failures_by_kind[kind] = self.failures_by_kind.get(kind, 0) + calls
+        elif group["status"] == SpanStatus.STOPPED:
+            self.stopped += calls
         else:
             self.successes += calls
         self.latency_histogram[group["bin"]] += calls
@@ -615,6 +638,7 @@ def _span_groups(window: models.Q) -> models.QuerySet:
         .annotate(
             calls=models.Count("pk"),
             failures=models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
+            stopped=models.Count("pk", filter=models.Q(status=SpanStatus.STOPPED)),
             caller_faults=models.Count("pk", filter=caller_fault_q()),
             **_summed_totals(),
         )
@@ -631,8 +655,8 @@ def caller_fault_q() -> models.Q:
 
 SPAN_ROLLUP_KEY = ["bucket_start", "kind", "chosen_by", "ran_on", "agent"]
 SPAN_ROLLUP_TOTALS = [
-    "calls", "failures", "caller_faults", "latency_sum_ms", "input_tokens", "output_tokens",
-    "result_tokens", "cost_usd", "updated_at",
+    "calls", "failures", "stopped", "caller_faults", "latency_sum_ms", "input_tokens",
+    "output_tokens", "result_tokens", "cost_usd", "updated_at",
 ]  # fmt: skip
 
 
@@ -650,6 +674,9 @@ class SpanRollup(models.Model):
     agent = models.CharField(max_length=200, blank=True)
     calls = models.PositiveIntegerField(default=0)
     failures = models.PositiveIntegerField(default=0)
+    stopped = models.PositiveIntegerField(
+        default=0, help_text="Spans stopped by their caller: not failures"
+    )
     caller_faults = models.PositiveIntegerField(
         default=0, help_text="Failures that were the caller's fault (CALLER_FAULTS)"
     )
@@ -1072,7 +1099,8 @@ def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> dict[str, int]:
     tells the caller which traces have failed often enough to hold a failure spiral.
 
     Each delta holds a trace's new spans summed up (counts, tokens, cost, time range)
-    and the agent, session and request text, which fill in only what is still blank.
+    and the agent and session, which fill in only what is still blank, and the request
+    text with the start of its span, which replaces a request text from a later span.
     Rows are sorted by trace id so concurrent batches lock traces in the same order.
     """
     rows = sorted(deltas, key=lambda delta: delta["trace_id"])
@@ -1082,14 +1110,16 @@ def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> dict[str, int]:
     table = connection.ops.quote_name(Trace._meta.db_table)
     columns = [
         "trace_id", "agent", "session_id", "request_text", "started_at", "ended_at",
-        "status", "span_count", "tool_calls", "llm_calls", "failed_calls", "input_tokens",
-        "output_tokens", "cost_usd", "tool_latency_ms", "created_at", "updated_at",
+        "status", "span_count", "tool_calls", "llm_calls", "failed_calls", "stopped_calls",
+        "input_tokens", "output_tokens", "cost_usd", "tool_latency_ms", "created_at",
+        "updated_at",
+        "request_started_at",
     ]  # fmt: skip
     fields = {name: Trace._meta.get_field(name) for name in columns}
     rows = [
         {
             **row,
-            "status": "error" if row["failed_calls"] else "ok",
+            "status": trace_status(row["failed_calls"], row["stopped_calls"]),
             "created_at": now,
             "updated_at": now,
         }
@@ -1097,13 +1127,23 @@ def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> dict[str, int]:
     ]
     fill_blank = [
         f"{name} = CASE WHEN {table}.{name} = '' THEN excluded.{name} ELSE {table}.{name} END"
-        for name in ("agent", "session_id", "request_text")
+        for name in ("agent", "session_id")
+    ]
+    # The request text of the earliest span that has one, whichever arrives first. SET
+    # reads the row as it was, so both columns test the same old values.
+    earlier = (
+        f"excluded.request_text <> '' AND ({table}.request_text = '' "
+        f"OR excluded.request_started_at < {table}.request_started_at)"
+    )
+    fill_blank += [
+        f"{name} = CASE WHEN {earlier} THEN excluded.{name} ELSE {table}.{name} END"
+        for name in ("request_text", "request_started_at")
     ]
     add = [
         f"{name} = {table}.{name} + excluded.{name}"
         for name in (
-            "span_count", "tool_calls", "llm_calls", "failed_calls", "input_tokens",
-            "output_tokens", "cost_usd", "tool_latency_ms",
+            "span_count", "tool_calls", "llm_calls", "failed_calls", "stopped_calls",
+            "input_tokens", "output_tokens", "cost_usd", "tool_latency_ms",
         )
     ]  # fmt: skip
     widen = [
@@ -1111,8 +1151,8 @@ def add_to_trace_totals(deltas: Iterable[dict[str, Any]]) -> dict[str, int]:
         f"THEN excluded.started_at ELSE {table}.started_at END",
         f"ended_at = CASE WHEN excluded.ended_at > {table}.ended_at "
         f"THEN excluded.ended_at ELSE {table}.ended_at END",
-        f"status = CASE WHEN {table}.failed_calls + excluded.failed_calls > 0 "
-        "THEN 'error' ELSE 'ok' END",
+        f"status = CASE WHEN {table}.failed_calls + excluded.failed_calls > 0 THEN 'error' "
+        f"WHEN {table}.stopped_calls + excluded.stopped_calls > 0 THEN 'stopped' ELSE 'ok' END",
         "updated_at = excluded.updated_at",
     ]
     sql = (
@@ -1250,6 +1290,7 @@ def tool_stats(since: datetime, until: datetime) -> list[dict[str, Any]]:
     totals = {
         "calls": models.Count("pk"),
         "failures": models.Count("pk", filter=models.Q(status=SpanStatus.ERROR)),
+        "stopped": models.Count("pk", filter=models.Q(status=SpanStatus.STOPPED)),
         "input_tokens": models.Sum("input_tokens"),
         "output_tokens": models.Sum("output_tokens"),
         "result_tokens": models.Sum("result_tokens"),
@@ -1268,7 +1309,8 @@ def tool_stats(since: datetime, until: datetime) -> list[dict[str, Any]]:
             row["p50_latency_ms"] = percentile_cont(values, 0.5)
             row["p95_latency_ms"] = percentile_cont(values, 0.95)
     for row in rows:
-        row["success_rate"] = (row["calls"] - row["failures"]) / row["calls"]
+        judged = row["calls"] - row["stopped"]  # a stopped call neither failed nor succeeded
+        row["success_rate"] = (judged - row["failures"]) / judged if judged else None
     return rows
 
 

@@ -80,7 +80,9 @@ class InvocationIn(Schema):
     model: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
     arguments: Any = None
     result: Any = None
-    status: Literal["ok", "error"]
+    status: Literal["ok", "error", "stopped"] = Field(
+        description="stopped: ended by its caller's stop (a user's Stop), no failure"
+    )
     error_kind: str = Field(default="", pattern=rf"{ERROR_KIND_PATTERN}|^$", validate_default=True)
     error_message: str = ""
     started_at: datetime
@@ -285,6 +287,7 @@ class TraceOut(Schema):
     tool_calls: int
     llm_calls: int
     failed_calls: int
+    stopped_calls: int = Field(description="Spans stopped by their caller: not failures")
     input_tokens: int
     output_tokens: int
     cost_usd: float
@@ -349,7 +352,10 @@ class ToolStatsOut(Schema):
     tool_name: str
     calls: int
     failures: int
-    success_rate: float
+    stopped: int = Field(description="Calls stopped by their caller: neither failed nor succeeded")
+    success_rate: float | None = Field(
+        description="Of the calls not stopped, the share that succeeded; null if every one was"
+    )
     p50_latency_ms: float | None
     p95_latency_ms: float | None
     input_tokens: int

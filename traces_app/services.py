@@ -256,12 +256,14 @@ def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[d
                 "agent": "",
                 "session_id": "",
                 "request_text": "",
+                "request_started_at": None,
                 "started_at": started_at,
                 "ended_at": ended_at,
                 "span_count": 0,
                 "tool_calls": 0,
                 "llm_calls": 0,
                 "failed_calls": 0,
+                "stopped_calls": 0,
                 "input_tokens": 0,
                 "output_tokens": 0,
                 "cost_usd": 0.0,
@@ -278,10 +280,14 @@ def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[d
             if is_root:
                 agent_from_root.add(row["trace_id"])
         delta["session_id"] = delta["session_id"] or span.session_id
-        if not delta["request_text"] and span.request_text:
+        # The request is the earliest span's that has one, not the first to arrive.
+        if span.request_text and (
+            not delta["request_text"] or started_at < delta["request_started_at"]
+        ):
             delta["request_text"] = bound_text(
                 redact_text(span.request_text), settings.ARES_PAYLOAD_MAX_BYTES
             )
+            delta["request_started_at"] = started_at
         delta["started_at"] = min(delta["started_at"], started_at)
         delta["ended_at"] = max(delta["ended_at"], ended_at)
         delta["span_count"] += 1
@@ -289,6 +295,7 @@ def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[d
         delta["tool_calls"] += is_tool
         delta["llm_calls"] += row["kind"] == "llm"
         delta["failed_calls"] += row["status"] == "error"
+        delta["stopped_calls"] += row["status"] == "stopped"
         delta["input_tokens"] += row["input_tokens"]
         delta["output_tokens"] += row["output_tokens"]
         delta["cost_usd"] += row["cost_usd"]

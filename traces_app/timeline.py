@@ -41,6 +41,11 @@ CATEGORIES: dict[tuple[str, str], tuple[str, str]] = {
     (SpanKind.AGENT, SpanStatus.ERROR): ("Agent step, failed", "#dc6803"),
     (SpanKind.OTHER, SpanStatus.OK): ("Other", "#8a94a6"),
     (SpanKind.OTHER, SpanStatus.ERROR): ("Other, failed", "#dc6803"),
+    # Grey: a span its caller stopped is neither a success nor a failure.
+    (SpanKind.LLM, SpanStatus.STOPPED): ("LLM call, stopped", "#667085"),
+    (SpanKind.TOOL, SpanStatus.STOPPED): ("Tool call, stopped", "#667085"),
+    (SpanKind.AGENT, SpanStatus.STOPPED): ("Agent step, stopped", "#667085"),
+    (SpanKind.OTHER, SpanStatus.STOPPED): ("Other, stopped", "#667085"),
 }
 ERROR_COLOURS = ["#b42318", "#dc6803", "#c11574", "#6941c6", "#0e9384", "#4e5ba6"]
 
@@ -488,11 +493,14 @@ def attempts_chart(spiral: FailureSpiral, attempts: Sequence[Invocation]) -> Cha
     """Return each attempt's latency as a bar, coloured by its error kind."""
     groups: dict[str, list[tuple[int, Invocation]]] = defaultdict(list)
     for number, span in enumerate(attempts, start=1):
-        outcome = span.error_kind or ("failed" if span.status == SpanStatus.ERROR else "ok")
+        outcome = "stopped" if span.status == SpanStatus.STOPPED else span.error_kind
+        outcome = outcome or ("failed" if span.status == SpanStatus.ERROR else "ok")
         groups[outcome].append((number, span))
     bars = []
     for index, (outcome, members) in enumerate(sorted(groups.items())):
-        colour = "#1a7f37" if outcome == "ok" else ERROR_COLOURS[index % len(ERROR_COLOURS)]
+        colour = {"ok": "#1a7f37", "stopped": "#667085"}.get(
+            outcome, ERROR_COLOURS[index % len(ERROR_COLOURS)]
+        )
         bars.append(
             go.Bar(
                 name=plotly_text(outcome),

@@ -47,10 +47,11 @@ def _api_query(form: TraceFilterForm, time_range: TimeRange) -> str:
 
 
 def _trace_totals(traces: QuerySet) -> dict[str, Any]:
-    """Return how many traces match, and their failures, tokens and cost, in one query."""
+    """Return how many traces match, those with failures or stopped, tokens and cost, at once."""
     return traces.order_by().aggregate(
         traces=Count("pk"),
         failed=Count("pk", filter=Q(status=TraceStatus.ERROR)),
+        stopped=Count("pk", filter=Q(status=TraceStatus.STOPPED)),
         input_tokens=Sum("input_tokens", default=0),
         output_tokens=Sum("output_tokens", default=0),
         cost_usd=Sum("cost_usd", default=0.0),

@@ -975,6 +975,9 @@ class _Task(TaskRecords):
             error_message=why,
             result={"refused_by": refused_by},
         )
+        if refused_by == "stopped":  # refused because the user stopped the task: no failure
+            mark_stopped(span)
+            span["error_message"] = why
         self.store([span])
 
     def _record_discovery(

@@ -22,11 +22,18 @@ STOPPED_REASON = "the task was stopped"
 STOPPED_ANSWER = "Stopped before the model answered."
 STOPPED_BY = "stopped by its caller"  # the span's error message
 CANCELLED = "cancelled"  # the finish_reason of a task that was stopped
+STOPPED_STATUS = "stopped"  # the status of its spans (traces_app.models.SpanStatus.STOPPED)
 
 
 def mark_stopped(span: dict[str, Any]) -> None:
-    """Mark a span (the task's, or the model call it cut short) as ended by a stop."""
-    span.update(status="error", error_kind=str(ErrorKind.CANCELLED), error_message=STOPPED_BY)
+    """Mark a span (the task's, or the model call it cut short) as ended by a stop.
+
+    Status "stopped", not an error: the user's Stop is no failure of the model or agent,
+    so it counts in no error rate, evidence or "Has failures" (traces_app.models).
+    """
+    span.update(
+        status=STOPPED_STATUS, error_kind=str(ErrorKind.CANCELLED), error_message=STOPPED_BY
+    )
 
 
 class Stopped(Exception):

@@ -101,8 +101,10 @@ def site_tools(gate: Gate) -> Iterator[None]:
 
 def in_site_registry(specs: list[ToolSpec]) -> Iterator[None]:
     """Put tools in the site's registry for one test (a fixture's body: yield from it)."""
-    runtime.refresh_tool_settings(force=True)
+    # The engine first: after a runtime.shutdown() there is none, and a refresh without
+    # one does nothing, so the first refresh later would resync and drop these tools.
     registry = runtime.get_engine().registry
+    runtime.refresh_tool_settings(force=True)
     for spec in specs:
         registry.register(spec)
     yield

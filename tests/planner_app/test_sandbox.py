@@ -14,11 +14,21 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from planner_app.evidence import evidence_from
 from planner_app.models import Agent, SandboxStop, Workflow, WorkflowRun
+from planner_app.services import recent_evidence
 from tests.planner_app.conftest import Gate
 from tests.planner_app.fake_llm import FakeLlm, call, fail, held, say
 from tools_app.models import McpServer
-from traces_app.models import Invocation, Trace
+from traces_app.dashboards import tool_totals
+from traces_app.models import (
+    Invocation,
+    SpanRollup,
+    ToolRollup,
+    Trace,
+    recount_all_marked_rollups,
+)
+from traces_app.ranges import parse_range
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("llm_settings")]
 
@@ -508,7 +518,7 @@ def test_stop_ends_a_task_whose_model_is_thinking_as_cancelled(
     assert final["finish_reason"] == "cancelled" and final["trace_id"] == trace_id
     assert len(fake_llm.requests) == 1  # no last call for an answer once stopped
     agent = Invocation.objects.get(trace_id=trace_id, kind="agent")
-    assert (agent.status, agent.error_kind) == ("error", "cancelled")
+    assert (agent.status, agent.error_kind) == ("stopped", "cancelled")
     assert agent.result["finish_reason"] == "cancelled"
     assert Invocation.objects.get(trace_id=trace_id, kind="llm").error_kind == "cancelled"
     assert not SandboxStop.objects.exists()  # the stream's end cleared its stop
@@ -579,6 +589,72 @@ def test_stop_abandons_a_workflow_step_and_starts_no_more(
     assert finished["tool"] == "slow" and finished["error_kind"] == "cancelled"
     assert WorkflowRun.objects.get(trace_id=trace_id).status == WorkflowRun.Status.CANCELLED
     assert not Invocation.objects.filter(trace_id=trace_id, tool_name="calculator").exists()
+
+
+def stop_during_the_slow_call(staff: Client, fake_llm: FakeLlm, gate: Gate) -> str:
+    """Run an agent whose model calls the slow tool, press Stop while it runs; the trace id."""
+    Agent.objects.create(name="waiter", tools=["slow"])
+    fake_llm.script(call("slow", {"key": "a"}))
+    fake_llm.always(say("never asked"))
+    stream = frames(staff.post(RUN, {"agent": "waiter", "mode": "llm", "message": "wait"}))
+    trace_id = next(stream)["trace_id"]
+    seen = []
+    while not seen or seen[-1]["type"] != "tool_started":  # the stream runs the task as read
+        seen.append(next(stream, {"type": "(ended)"}))
+        assert seen[-1]["type"] != "(ended)", seen
+    assert gate.entered.wait(5)
+    staff.post(STOP, {"trace_id": trace_id})
+    rest = list(stream)
+    assert (rest[-1]["finish_reason"], rest[-1]["finished"]) == ("cancelled", "Stopped by you")
+    recount_all_marked_rollups()
+    return trace_id
+
+
+def test_a_stopped_task_is_recorded_as_stopped_never_as_failed(
+    staff: Client, fake_llm: FakeLlm, gate: Gate, site_tools: None, make_key: Callable[..., str]
+) -> None:
+    trace_id = stop_during_the_slow_call(staff, fake_llm, gate)
+    spans = {s.kind: s for s in Invocation.objects.filter(trace_id=trace_id)}
+    assert {kind: span.status for kind, span in spans.items()} == {
+        "llm": "ok", "tool": "stopped", "agent": "stopped",
+    }  # fmt: skip
+    trace = Trace.objects.get(pk=trace_id)
+    assert (trace.status, trace.failed_calls, trace.stopped_calls) == ("stopped", 0, 2)
+    trace.recompute_totals()  # the recount from the raw spans agrees
+    assert (trace.status, trace.failed_calls, trace.stopped_calls) == ("stopped", 0, 2)
+    # The rollups count the stops apart: no failure, no success.
+    hours = SpanRollup.objects.filter(bucket_start__gte=timezone.now() - timedelta(hours=2))
+    assert (sum(r.failures for r in hours), sum(r.stopped for r in hours)) == (0, 2)
+    [slow] = ToolRollup.objects.filter(tool_name="slow")
+    assert (slow.calls, slow.successes, slow.failures, slow.stopped) == (1, 0, 0, 1)
+    # The evidence: a stopped call judges no tool.
+    time_range, _ = parse_range({"range": "1h"}, timezone.now())
+    [totals] = tool_totals(time_range, ["slow"])
+    assert (totals.judged_calls, totals.success_rate, evidence_from(totals)) == (0, None, None)
+    assert recent_evidence("slow", 20) is None
+    # The REST read API says what happened.
+    read = Client(headers={"Authorization": f"Bearer {make_key('read')}"})
+    body = read.get(f"/api/v1/traces/{trace_id}").json()
+    assert (body["status"], body["failed_calls"], body["stopped_calls"]) == ("stopped", 0, 2)
+    assert sorted(span["status"] for span in body["spans"]) == ["ok", "stopped", "stopped"]
+    assert read.get("/api/v1/traces", {"status": "error"}).json()["items"] == []
+
+
+def test_the_pages_say_a_stopped_task_stopped_and_count_no_failure(
+    staff: Client, fake_llm: FakeLlm, gate: Gate, site_tools: None
+) -> None:
+    trace_id = stop_during_the_slow_call(staff, fake_llm, gate)
+    page = staff.get(f"/traces/{trace_id}/").content.decode()
+    assert '<span class="badge stopped" id="trace-status">Stopped</span>' in page
+    assert ", 2 stopped</dd>" in page
+    assert "Has failures" not in page and "failed" not in page
+    listing = staff.get("/traces/", {"range": "1h"}).content.decode()
+    assert '<strong id="total-failed">0</strong> with failures' in listing
+    assert '<strong id="total-stopped">1</strong> stopped' in listing
+    row = '<span class="badge stopped">Stopped</span> <span class="empty">2 stopped</span>'
+    assert row in listing
+    overview = staff.get("/", {"range": "1h"}).content.decode()
+    assert '<span id="failures">0</span> failed' in overview
 
 
 @pytest.mark.parametrize("trace_id", ["", "abc", "g" * 32, "a" * 33, "a" * 32 + "\n"])

@@ -55,7 +55,7 @@ def spans(trace_id: str, kind: str) -> list[Invocation]:
 def assert_agent_cancelled(trace_id: str) -> None:
     [agent] = spans(trace_id, "agent")
     assert (agent.status, agent.error_kind, agent.error_message) == (
-        "error",
+        "stopped",
         "cancelled",
         "stopped by its caller",
     )
@@ -81,7 +81,7 @@ def test_the_loop_stopped_while_the_model_thinks_ends_cancelled(
     assert result.events[-1].finish_reason == "cancelled"
     assert len(fake_llm.requests) == 1
     [llm] = spans(result.trace_id, "llm")
-    assert (llm.status, llm.error_kind) == ("error", "cancelled")
+    assert (llm.status, llm.error_kind) == ("stopped", "cancelled")
     assert_agent_cancelled(result.trace_id)
 
 
@@ -100,7 +100,7 @@ def test_the_loop_stopped_during_a_tool_call_asks_the_model_nothing_more(
     assert (finished.tool, finished.error_kind) == ("slow", "cancelled")
     assert result.content.startswith("Stopped before the model answered. The tool results were:")
     [tool_span] = spans(result.trace_id, "tool")
-    assert (tool_span.status, tool_span.error_kind) == ("error", "cancelled")
+    assert (tool_span.status, tool_span.error_kind) == ("stopped", "cancelled")
     assert_agent_cancelled(result.trace_id)
 
 
@@ -174,7 +174,7 @@ def test_the_plan_agent_stopped_while_drafting_ends_cancelled(
     assert len(fake_llm.requests) == 1
     assert spans(result.trace_id, "tool") == []  # no plan, no step ran
     [llm] = spans(result.trace_id, "llm")
-    assert (llm.status, llm.error_kind) == ("error", "cancelled")
+    assert (llm.status, llm.error_kind) == ("stopped", "cancelled")
     assert_agent_cancelled(result.trace_id)
 
 

@@ -119,7 +119,7 @@ def test_a_call_of_a_stopped_task_is_not_run_and_is_recorded_cancelled(
     [span] = recorder.spans
     assert (span["tool_name"], span["status"], span["error_kind"]) == (
         "slow",
-        "error",
+        "stopped",
         "cancelled",
     )
 
@@ -149,7 +149,7 @@ def test_a_running_call_is_abandoned_when_its_task_is_stopped(
     assert result.metadata["attempts"] == 1  # slow may retry twice, but not after a stop
     assert slow.calls == 1
     [span] = recorder.spans
-    assert (span["status"], span["error_kind"], span["attempt"]) == ("error", "cancelled", 1)
+    assert (span["status"], span["error_kind"], span["attempt"]) == ("stopped", "cancelled", 1)
 
 
 def test_a_call_that_changes_things_is_let_finish_and_recorded_as_it_ended(

@@ -282,6 +282,7 @@ def test_it_computes_per_tool_statistics_over_a_window(api, tool_spans):
             "tool_name": "calc",
             "calls": 2,
             "failures": 0,
+            "stopped": 0,
             "success_rate": 1.0,
             "p50_latency_ms": pytest.approx(6.0),
             "p95_latency_ms": pytest.approx(6.9),  # 5 + 0.95 * (7 - 5)
@@ -294,6 +295,7 @@ def test_it_computes_per_tool_statistics_over_a_window(api, tool_spans):
             "tool_name": "search",
             "calls": 5,
             "failures": 1,
+            "stopped": 0,
             "success_rate": 0.8,
             "p50_latency_ms": pytest.approx(30.0),
             "p95_latency_ms": pytest.approx(88.0),  # 40 + 0.8 * (100 - 40)

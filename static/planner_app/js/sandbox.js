@@ -153,10 +153,12 @@
       let item = pending.get(event.call_id);
       pending.delete(event.call_id);
       if (!item) item = toolEntry(event);
-      item.classList.add(event.success ? "ok" : "failed");
+      // A cancelled call (not run, or stopped with its task) is no failure of the tool.
+      const outcome = event.success ? "ok" : event.error_kind === "cancelled" ? "cancelled" : "failed";
+      item.classList.add(outcome);
       const state = item.querySelector(".tool-state");
-      state.className = "tool-state " + (event.success ? "status-ok" : "status-error");
-      state.textContent = event.success ? "ok" : "failed" + (event.error_kind ? " (" + event.error_kind + ")" : "");
+      state.className = "tool-state " + (outcome === "failed" ? "status-error" : "status-" + outcome);
+      state.textContent = outcome === "failed" && event.error_kind ? "failed (" + event.error_kind + ")" : outcome;
       item.querySelector(".step-head").append(" ", facts([
         Math.round(event.latency_ms) + " ms",
         event.tokens + " tokens",
@@ -225,8 +227,9 @@
       traceLink(event);
       turn.answerBox.hidden = false;
       turn.answer.textContent = event.content || "(no answer)";
+      turn.facts.dataset.finishReason = event.finish_reason;
       turn.facts.textContent = [
-        "finished: " + event.finish_reason,
+        event.finished || event.finish_reason,
         event.input_tokens || event.output_tokens
           ? event.input_tokens + " in / " + event.output_tokens + " out model tokens" : "",
       ].filter(Boolean).join(" · ");
