@@ -68,7 +68,9 @@ def settle_scores_task() -> tuple[int, int]:
     return settle_pending_scores()
 
 
-HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+def _holder() -> str:
+    """Return who takes a lease: this host and process (a prefork worker's own pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @shared_task(bind=True)
@@ -81,7 +83,8 @@ def periodic_job_task(self, job: str) -> Any:  # noqa: ANN001 - Celery's task
     """
     task_name, every_s = settings.ARES_PERIODIC_JOBS[job]
     close_old_connections()  # as a request does: the beat holds its connection for days
-    period = JobLease.objects.take(job, every_s, HOLDER)
+    holder = _holder()
+    period = JobLease.objects.take(job, every_s, holder)
     if period is None:
         logger.debug("periodic job %s: this period is taken already", job)
         return None
@@ -92,5 +95,5 @@ def periodic_job_task(self, job: str) -> Any:  # noqa: ANN001 - Celery's task
         )
         return result
     finally:
-        JobLease.objects.release(job, period, HOLDER)
+        JobLease.objects.release(job, period, holder)
         close_old_connections()

@@ -50,8 +50,18 @@ def beat_process(log_path: Path, **env: str) -> Iterator[subprocess.Popen]:
         try:
             yield beat
         finally:
-            beat.terminate()
-            beat.wait(timeout=30)
+            stop(beat)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Stop a process as a supervisor would: SIGTERM, then SIGKILL if it is still there."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        print(f"process {process.pid} outlived SIGTERM by 30 s: killed")
+        process.kill()
+        process.wait(timeout=30)
 
 
 def wait_for(condition: Callable[[], bool], log_path: Path, seconds: float = 60) -> None:
@@ -226,8 +236,7 @@ def test_with_a_broker_the_beat_sends_the_jobs_to_a_worker(
             with beat_process(beat_log, CELERY_BROKER_URL=broker):
                 wait_for(lambda: not Score.objects.get(pk=item["id"]).pending, worker_log)
         finally:
-            worker.terminate()
-            worker.wait(timeout=30)
+            stop(worker)
 
     assert RAN.search(worker_log.read_text())  # the worker ran the jobs,
     assert not RAN.search(beat_log.read_text())  # the beat only sent them
