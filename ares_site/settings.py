@@ -196,6 +196,11 @@ CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 # Ingest limits. The body limit applies after gzip decompression too.
 ARES_INGEST_MAX_BODY_BYTES = env_int("ARES_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
 ARES_INGEST_MAX_ITEMS = env_int("ARES_INGEST_MAX_ITEMS", 1000, minimum=1)
+# OTLP: spans per export request (SDKs send 512 at most by default), and attributes per
+# span, resource or event (the SDKs' default limit is 128): a request at both limits
+# stays well under a second of a worker's time.
+ARES_OTLP_MAX_SPANS = env_int("ARES_OTLP_MAX_SPANS", 1000, minimum=1)
+ARES_OTLP_MAX_ATTRIBUTES = env_int("ARES_OTLP_MAX_ATTRIBUTES", 128, minimum=1)
 ARES_MAX_CLOCK_SKEW_SECONDS = env_int("ARES_MAX_CLOCK_SKEW_SECONDS", 3600, minimum=0)
 # Scores whose span has not arrived yet: how many may wait, and for how long.
 ARES_SCORE_PENDING_MAX = env_int("ARES_SCORE_PENDING_MAX", 10_000, minimum=0)

@@ -39,12 +39,19 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 def read_body(request: HttpRequest) -> bytes:
-    """Return the request's body, decompressed, or raise HttpError 400/413/415 saying why."""
+    """Return the request's body, decompressed, or raise HttpError 400/413/415 saying why.
+
+    A Content-Length over the limit is refused before the body is read.
+    """
     limit = settings.ARES_INGEST_MAX_BODY_BYTES
+    too_big = f"request body is larger than {limit} bytes (ARES_INGEST_MAX_BODY_BYTES)"
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    if declared.isdigit() and int(declared) > limit:
+        raise HttpError(413, too_big)
     try:
         raw = request.body
     except RequestDataTooBig:
-        raise HttpError(413, f"request body is larger than {limit} bytes") from None
+        raise HttpError(413, too_big) from None
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding in _WBITS:
         raw = decompress_bounded(raw, encoding, limit)
@@ -53,7 +60,7 @@ def read_body(request: HttpRequest) -> bytes:
             415, f"Content-Encoding {encoding!r} is not supported: use gzip, deflate or none"
         )
     if len(raw) > limit:
-        raise HttpError(413, f"request body is larger than {limit} bytes")
+        raise HttpError(413, too_big)
     return raw
 
 
@@ -74,7 +81,9 @@ def decompress_bounded(raw: bytes, encoding: str, limit: int) -> bytes:
             raise HttpError(400, f"body is not valid {encoding}: {exc}") from None
         size += len(data)
         if size > limit:
-            raise HttpError(413, f"decompressed body is larger than {limit} bytes")
+            raise HttpError(
+                413, f"decompressed body is larger than {limit} bytes (ARES_INGEST_MAX_BODY_BYTES)"
+            )
         if not decompressor.eof:
             raise HttpError(400, f"{encoding} body is truncated")
         parts.append(data)

@@ -21,8 +21,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
@@ -77,9 +79,24 @@ class OtlpDecodeError(ValueError):
     """The body is not an ExportTraceServiceRequest in the encoding it claims."""
 
 
+class TooManySpans(ValueError):
+    """An export request holds more spans than one request may (ARES_OTLP_MAX_SPANS)."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(
+            f"{count:,} spans in one request; the limit is {limit:,} (ARES_OTLP_MAX_SPANS): "
+            "export smaller batches (the SDK's BatchSpanProcessor max_export_batch_size, "
+            "the Collector's send_batch_max_size)"
+        )
+
+
 def decode_request(raw: bytes, content_type: str) -> ExportTraceServiceRequest:
-    """Return the ExportTraceServiceRequest in a protobuf or OTLP/JSON body."""
+    """Return the ExportTraceServiceRequest in a protobuf or OTLP/JSON body.
+
+    Raises TooManySpans, before any span is read, for a request over the span limit.
+    """
     message = ExportTraceServiceRequest()
+    limit = settings.ARES_OTLP_MAX_SPANS
     if content_type == PROTOBUF:
         try:
             message.ParseFromString(raw)
@@ -87,10 +104,14 @@ def decode_request(raw: bytes, content_type: str) -> ExportTraceServiceRequest:
             raise OtlpDecodeError(
                 f"body is not a protobuf ExportTraceServiceRequest: {exc}"
             ) from None
+        scopes = (scope for spans in message.resource_spans for scope in spans.scope_spans)
+        _check_span_count(sum(len(scope.spans) for scope in scopes), limit)
         return message
     document = parse_json(raw)  # raises HttpError 400 for bad JSON, saying where
     if not isinstance(document, dict):
         raise OtlpDecodeError('body must be a JSON object {"resourceSpans": [...]}')
+    # Counted in the parsed JSON: protobuf's JSON reader is slow enough to matter.
+    _check_span_count(sum(1 for _ in _json_spans(document)), limit)
     try:
         json_format.ParseDict(_ids_as_base64(document), message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
@@ -100,18 +121,28 @@ def decode_request(raw: bytes, content_type: str) -> ExportTraceServiceRequest:
     return message
 
 
+def _check_span_count(count: int, limit: int) -> None:
+    if count > limit:
+        raise TooManySpans(count, limit)
+
+
+def _json_spans(document: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """Yield the span objects of an OTLP/JSON document."""
+    for resource_spans in _objects(document.get("resourceSpans")):
+        for scope_spans in _objects(resource_spans.get("scopeSpans")):
+            yield from _objects(scope_spans.get("spans"))
+
+
 def _ids_as_base64(document: dict[str, Any]) -> dict[str, Any]:
     """Return the OTLP/JSON document with its hex trace and span ids in protobuf's base64.
 
     OTLP/JSON departs from protobuf's JSON mapping for ids: they are hex, not base64. An
     id that is not hex becomes empty, so its span alone is rejected for a missing id.
     """
-    for resource_spans in _objects(document.get("resourceSpans")):
-        for scope_spans in _objects(resource_spans.get("scopeSpans")):
-            for span in _objects(scope_spans.get("spans")):
-                _convert_ids(span)
-                for link in _objects(span.get("links")):
-                    _convert_ids(link)
+    for span in _json_spans(document):
+        _convert_ids(span)
+        for link in _objects(span.get("links")):
+            _convert_ids(link)
     return document
 
 
@@ -192,14 +223,48 @@ class SpanReading:
 
 
 def read_request(request: ExportTraceServiceRequest) -> list[SpanReading]:
-    """Return every span of the request, mapped and validated (or rejected) one by one."""
-    spans = []
+    """Return every span of the request, mapped and validated (or rejected) one by one.
+
+    The spans of a resource with more attribute values than a span may have are rejected
+    unread, each saying so.
+    """
+    spans, refused = [], []
+    limit = settings.ARES_OTLP_MAX_ATTRIBUTES
     for resource_spans in request.resource_spans:
-        resource = attribute_dict(resource_spans.resource.attributes)
+        try:
+            resource = attribute_dict(resource_spans.resource.attributes, limit)
+        except TooManyAttributes as exc:
+            refused.extend(
+                _refused(span, {}, f"its resource {exc}")
+                for scope_spans in resource_spans.scope_spans
+                for span in scope_spans.spans
+            )
+            continue
         for scope_spans in resource_spans.scope_spans:
             scoped = {**resource, SCOPE_NAME: scope_spans.scope.name}
             spans.extend((span, scoped) for span in scope_spans.spans)
-    return read_spans(spans)
+    return read_spans(spans) + refused
+
+
+def service_name_notes(request: ExportTraceServiceRequest) -> list[str]:
+    """Return a warning per resource whose service.name is cut to fit a name (200 characters).
+
+    Its spans are stored under the first 200 characters: a warning in partial_success
+    (which OTLP allows with nothing rejected), never a rejection of the request.
+    """
+    notes = []
+    limit = settings.ARES_OTLP_MAX_ATTRIBUTES
+    for index, resource_spans in enumerate(request.resource_spans):
+        pairs = resource_spans.resource.attributes
+        if len(pairs) > limit:  # its spans are rejected, saying why
+            continue
+        name = _text(next((any_value(p.value) for p in pairs if p.key == "service.name"), ""))
+        if len(name) > _NAME_MAX:
+            notes.append(
+                f"resource {index}: service.name is {len(name):,} characters, more than "
+                f"{_NAME_MAX}; its spans are stored under its first {_NAME_MAX}"
+            )
+    return notes
 
 
 def read_span(span: Span, resource: dict[str, Any]) -> SpanReading:
@@ -228,9 +293,14 @@ def read_spans(spans: Iterable[tuple[Span, dict[str, Any]]]) -> list[SpanReading
     Two passes: every span's attributes first, so that a span can inherit the agent name
     of an agent span above it that comes later in the request.
     """
-    read = []
+    read, refused = [], []
+    limit = settings.ARES_OTLP_MAX_ATTRIBUTES
     for span, resource in spans:
-        attributes = attribute_dict(span.attributes)
+        try:
+            attributes = attribute_dict(span.attributes, limit)
+        except TooManyAttributes as exc:  # refused before its attributes are read
+            refused.append(_refused(span, resource, f"span {exc}"))
+            continue
         dialect, said = _read_dialect(attributes, span.name, _text(resource.get(SCOPE_NAME)))
         read.append(ParsedSpan(span, resource, attributes, dialect, said))
     _calls_from_parents(read)
@@ -244,7 +314,7 @@ def read_spans(spans: Iterable[tuple[Span, dict[str, Any]]]) -> list[SpanReading
         reading.own_agent = bool(_text(one.said.agent or one.resource.get("gen_ai.agent.name")))
         reading.above = above
         readings.append(reading)
-    return readings
+    return readings + refused
 
 
 def _calls_from_parents(spans: Sequence[ParsedSpan]) -> None:
@@ -627,11 +697,10 @@ def rejection_summary(rejected: Sequence[SpanReading], total: int, shown: int = 
 def _reading(read: ParsedSpan, inherited_agent: str) -> SpanReading:
     """Map one span onto a validated InvocationIn, or say why it cannot be stored."""
     span, resource = read.span, read.resource
-    producer = _text(resource.get("service.name")) or UNKNOWN_SERVICE
     reading = SpanReading(
         trace_id=span.trace_id.hex(),
         span_id=span.span_id.hex(),
-        producer=producer,
+        producer=_producer(resource),
         dialect=read.dialect,
     )
     problem = _id_problem(span)
@@ -651,6 +720,22 @@ def _reading(read: ParsedSpan, inherited_agent: str) -> SpanReading:
         return reading
     reading.missing = missing if reading.item.kind == "tool" else ()
     return reading
+
+
+def _producer(resource: dict[str, Any]) -> str:
+    """Return the service a resource names, fit for a name (see service_name_notes)."""
+    return _name(resource.get("service.name")) or UNKNOWN_SERVICE
+
+
+def _refused(span: Span, resource: dict[str, Any], problem: str) -> SpanReading:
+    """Return the reading of a span refused unread, for `problem`."""
+    return SpanReading(
+        trace_id=span.trace_id.hex()[:64],
+        span_id=span.span_id.hex()[:32],
+        producer=_producer(resource),
+        dialect=GENERIC,
+        error=problem,
+    )
 
 
 def _id_problem(span: Span) -> str:
@@ -986,7 +1071,7 @@ def _invocation_fields(
         "tool_call_id": _text(said.tool_call_id) if said.tool_call_id is not _ABSENT else "",
         "agent": _text(said.agent or resource.get("gen_ai.agent.name"))
         or inherited_agent
-        or _text(resource.get("service.name")),
+        or _name(resource.get("service.name")),
         "session_id": _text(
             attributes.get("session.id")
             or attributes.get("gen_ai.conversation.id")
@@ -1012,16 +1097,28 @@ def _invocation_fields(
 
 def _error_fields(span: Span, said: DialectFields) -> dict[str, str]:
     """Return error_kind and error_message from error.type, the status and exception events."""
-    exception = next(
-        (attribute_dict(event.attributes) for event in span.events if event.name == "exception"),
-        {},
-    )
+    exception = _exception_attributes(span)
     error_type = _text(said.error_type) or _text(exception.get("exception.type"))
     message = (
         span.status.message or _text(exception.get("exception.message")) or error_type or "error"
     )
     kind = error_kind_slug(error_type) or ("tool_error" if said.kind == "tool" else "")
     return {"error_kind": kind, "error_message": message}
+
+
+def _exception_attributes(span: Span) -> dict[str, Any]:
+    """Return the attributes of the span's first `exception` event (among its first events).
+
+    Bounded as a span's own attributes are; an event over the limit is passed over.
+    """
+    limit = settings.ARES_OTLP_MAX_ATTRIBUTES
+    for event in islice(span.events, limit):
+        if event.name == "exception":
+            try:
+                return attribute_dict(event.attributes, limit)
+            except TooManyAttributes:
+                return {}
+    return {}
 
 
 def error_kind_slug(error_type: str) -> str:
@@ -1084,24 +1181,59 @@ def _decoded(value: Any, scalars: bool = False) -> Any:
     return value if nesting_exceeds(decoded, MAX_JSON_DEPTH) else decoded
 
 
-def attribute_dict(pairs: Iterable[KeyValue]) -> dict[str, Any]:
-    """Return OTLP attributes as a dict of plain values; a repeated key keeps its first value."""
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        if pair.key not in values:
-            values[pair.key] = any_value(pair.value)
-    return values
+class TooManyAttributes(ValueError):
+    """A span, resource or event with more attribute values than ARES_OTLP_MAX_ATTRIBUTES."""
+
+
+def attribute_dict(pairs: Sequence[KeyValue], limit: int | None = None) -> dict[str, Any]:
+    """Return OTLP attributes as a dict of plain values; a repeated key keeps its first value.
+
+    With a limit, raises TooManyAttributes when they hold more values than that, items of
+    arrays and maps included; a list longer than the limit is refused before it is read.
+    """
+    return _ValueReader(limit).attributes(pairs)
 
 
 def any_value(value: AnyValue) -> Any:
     """Return an OTLP AnyValue as a plain value: lists, dicts, scalars; bytes as hex."""
-    which = value.WhichOneof("value")
-    if which is None:
-        return None
-    if which == "array_value":
-        return [any_value(item) for item in value.array_value.values]
-    if which == "kvlist_value":
-        return attribute_dict(value.kvlist_value.values)
-    if which == "bytes_value":
-        return binascii.hexlify(value.bytes_value).decode()
-    return getattr(value, which)
+    return _ValueReader(None).value(value)
+
+
+class _ValueReader:
+    """Reads attribute values, counting them against a limit shared by all it reads."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.left = limit if limit is not None else -1
+
+    def spend(self, count: int) -> None:
+        if self.limit is None:
+            return
+        self.left -= count
+        if self.left < 0:
+            raise TooManyAttributes(
+                f"has more than {self.limit:,} attribute values (ARES_OTLP_MAX_ATTRIBUTES; "
+                "items of array and map values count)"
+            )
+
+    def attributes(self, pairs: Sequence[KeyValue]) -> dict[str, Any]:
+        self.spend(len(pairs))
+        values: dict[str, Any] = {}
+        for pair in pairs:
+            if pair.key not in values:
+                values[pair.key] = self.value(pair.value)
+        return values
+
+    def value(self, value: AnyValue) -> Any:
+        which = value.WhichOneof("value")
+        if which is None:
+            return None
+        if which == "array_value":
+            items = value.array_value.values
+            self.spend(len(items))
+            return [self.value(item) for item in items]
+        if which == "kvlist_value":
+            return self.attributes(value.kvlist_value.values)
+        if which == "bytes_value":
+            return binascii.hexlify(value.bytes_value).decode()
+        return getattr(value, which)

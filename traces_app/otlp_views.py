@@ -31,10 +31,12 @@ from traces_app.otlp import (
     CONTENT_TYPES,
     JSON,
     OtlpDecodeError,
+    TooManySpans,
     decode_request,
     encode_message,
     read_request,
     rejection_summary,
+    service_name_notes,
     store_readings,
 )
 
@@ -51,8 +53,9 @@ def export_traces(request: HttpRequest) -> HttpResponse:
     """Store the spans of an ExportTraceServiceRequest; answer as the OTLP/HTTP spec says.
 
     Each span is mapped and validated on its own: the valid ones are stored and the
-    others counted in partial_success with the reasons. Errors are google.rpc.Status
-    bodies in the request's encoding.
+    others counted in partial_success with the reasons. A request over the limits
+    (ARES_INGEST_MAX_BODY_BYTES, ARES_OTLP_MAX_SPANS) is refused with 413 before its
+    spans are read. Errors are google.rpc.Status bodies in the request's encoding.
     """
     return _answer(request, _export_traces)
 
@@ -80,6 +83,8 @@ def _answer(
         return export(request, encoding)
     except OtlpDecodeError as exc:
         return status_response(400, str(exc), encoding)
+    except TooManySpans as exc:
+        return status_response(413, str(exc), encoding)
     except HttpError as exc:
         return status_response(exc.status_code, str(exc), encoding)
     except (OperationalError, InterfaceError) as exc:
@@ -95,12 +100,17 @@ def _answer(
 
 
 def _export_traces(request: HttpRequest, encoding: str) -> HttpResponse:
-    readings = read_request(decode_request(_checked_body(request), request.content_type))
+    export = decode_request(_checked_body(request), request.content_type)
+    readings = read_request(export)
     rejected = store_readings(readings)
     response = ExportTraceServiceResponse()
+    # Warnings go in partial_success too, which OTLP allows with no span rejected.
+    said = [rejection_summary(rejected, len(readings))] if rejected else []
+    said += service_name_notes(export)
     if rejected:
         response.partial_success.rejected_spans = len(rejected)
-        response.partial_success.error_message = rejection_summary(rejected, len(readings))
+    if said:
+        response.partial_success.error_message = "; ".join(said)
     return HttpResponse(encode_message(response, encoding), content_type=encoding)
 
 

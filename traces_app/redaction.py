@@ -22,15 +22,16 @@ _SECRET_KEY = re.compile(_SECRET_WORDS, re.IGNORECASE)
 # ...except keys that only count tokens, which LLM payloads are full of.
 _TOKEN_COUNT_KEY = re.compile(r"tokens$|tokens?[-_]?(count|used|limit)$", re.IGNORECASE)
 
-# Values that are secrets wherever they appear, whatever their key.
+# Values that are secrets wherever they appear, whatever their key; each with a literal
+# every match holds, so that text without it is not scanned by the pattern at all.
 _SECRET_VALUES = [
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
-    (re.compile(r"\bares_[A-Za-z0-9_-]{20,}"), REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(r"(://[^/\s:@]*:)[^/\s@]+@"), r"\1" + REDACTED + "@"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED, "sk-"),
+    (re.compile(r"\bares_[A-Za-z0-9_-]{20,}"), REDACTED, "ares_"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED, "gh"),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED, "AKIA"),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED, "xox"),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED, "eyJ"),
+    (re.compile(r"(://[^/\s:@]*:)[^/\s@]+@"), r"\1" + REDACTED + "@", "://"),
 ]
 # HTTP credentials: "Bearer <token>" and "Basic <base64 of user:password>".
 _AUTH_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{8,})")
@@ -62,7 +63,7 @@ def _any_of(patterns: list[re.Pattern[str]]) -> re.Pattern[str]:
 
 
 # Most text holds no secret: one search tells, instead of a substitution per pattern.
-_ANY_SECRET_VALUE = _any_of([_AUTH_CREDENTIAL, *(pattern for pattern, _ in _SECRET_VALUES)])
+_ANY_SECRET_VALUE = _any_of([_AUTH_CREDENTIAL, *(pattern for pattern, _, _ in _SECRET_VALUES)])
 _PRECHECK_MAX_CHARS = 200
 # Built once: json.dumps with options makes a new encoder per call.
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
@@ -91,12 +92,15 @@ def storable_text(text: str) -> str:
 def redact_text(text: str) -> str:
     """Return text with secret-looking values (bearer tokens, API keys, JWTs) replaced."""
     text = storable_text(text)
-    # Long text goes straight to the substitutions, whose literal prefixes scan it
-    # faster than the combined search can.
+    # Long text goes straight to the substitutions whose literal it holds: `in` scans it
+    # ten times faster than a pattern, and the combined search slower still.
     if len(text) > _PRECHECK_MAX_CHARS or _ANY_SECRET_VALUE.search(text):
-        text = _AUTH_CREDENTIAL.sub(_redact_credential, text)
-        for pattern, replacement in _SECRET_VALUES:
-            text = pattern.sub(replacement, text)
+        folded = text.casefold()  # what (?i) matches, but for the i of "basic" (ı, İ)
+        if "bearer" in folded or "bas" in folded:
+            text = _AUTH_CREDENTIAL.sub(_redact_credential, text)
+        for pattern, replacement, literal in _SECRET_VALUES:
+            if literal in text:
+                text = pattern.sub(replacement, text)
     if (":" in text or "=" in text) and _SECRET_KEY.search(text):
         text = _redact_key_values(text)
     return text

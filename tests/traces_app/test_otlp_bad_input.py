@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import base64
 import gzip
+import http.client
 import json
 import os
+import socket
 import time
 import zlib
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -24,11 +27,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from traces_app.models import Invocation
+from traces_app.models import Invocation, OtlpProducer
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -345,12 +348,21 @@ def test_it_stores_arguments_nested_too_deep_as_text(post):
     assert stored.startswith("[[[[")
 
 
-def test_it_stores_a_span_with_thousands_of_attributes(post):
-    many = {f"app.attribute.{index}": index for index in range(5000)}
+def test_it_rejects_a_span_with_thousands_of_attributes_alone(post):
+    hostile = tool_span(attributes={f"app.attribute.{index}": index for index in range(50_000)})
+    good = tool_span()
 
-    stored = stored_arguments(post, tool_span(attributes=many))
+    response = post(export_request(hostile, good).SerializeToString())
 
-    assert stored == {"expression": "1+1"}
+    assert response.status_code == 200
+    outcome = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert outcome.rejected_spans == 1
+    assert f"span {hostile.span_id.hex()} of trace " in outcome.error_message
+    assert "span has more than 128 attribute values (ARES_OTLP_MAX_ATTRIBUTES" in (
+        outcome.error_message
+    )
+    assert len(response.content) < 1000
+    assert is_stored(good) and not is_stored(hostile)
 
 
 def test_it_bounds_a_huge_error_message(post):
@@ -370,3 +382,173 @@ def test_it_accepts_an_empty_request(post):
 
     assert response.status_code == 200
     assert ExportTraceServiceResponse.FromString(response.content) == ExportTraceServiceResponse()
+
+
+def with_attributes(count: int, **overrides: Any) -> Span:
+    """Return a valid tool span carrying exactly `count` attributes."""
+    span = tool_span(**overrides)
+    filler = [KeyValue(key=f"app.{index}", value=any_value(index)) for index in range(count)]
+    span.attributes.extend(filler[: count - len(span.attributes)])
+    assert len(span.attributes) == count
+    return span
+
+
+def test_it_takes_a_span_at_the_attribute_limit_and_rejects_one_over_it(post):
+    at_limit, over = with_attributes(128), with_attributes(129)
+
+    response = post(export_request(at_limit, over).SerializeToString())
+
+    outcome = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert outcome.rejected_spans == 1
+    assert over.span_id.hex() in outcome.error_message
+    assert is_stored(at_limit) and not is_stored(over)
+
+
+def test_it_counts_the_items_of_array_attributes_against_the_limit(post):
+    items = AnyValue(array_value=ArrayValue(values=[any_value("x")] * 200))
+    hostile = tool_span()
+    hostile.attributes.append(KeyValue(key="app.list", value=items))
+    nested = AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key="k", value=items)]))
+    also_hostile = tool_span()
+    also_hostile.attributes.append(KeyValue(key="app.map", value=nested))
+
+    response = post(export_request(hostile, also_hostile, tool_span()).SerializeToString())
+
+    outcome = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert outcome.rejected_spans == 2
+    assert outcome.error_message.count("more than 128 attribute values") == 2
+    assert Invocation.objects.count() == 1
+
+
+def test_it_follows_a_raised_attribute_limit(post, settings):
+    settings.ARES_OTLP_MAX_ATTRIBUTES = 1000
+
+    response = post(export_request(with_attributes(1000)).SerializeToString())
+
+    assert ExportTraceServiceResponse.FromString(response.content) == ExportTraceServiceResponse()
+    assert Invocation.objects.count() == 1
+
+
+def resource_spans(service: str, *spans: Span, extra: int = 0) -> ResourceSpans:
+    attributes = [KeyValue(key="service.name", value=any_value(service))]
+    attributes += [KeyValue(key=f"host.{index}", value=any_value(index)) for index in range(extra)]
+    return ResourceSpans(
+        resource=Resource(attributes=attributes), scope_spans=[ScopeSpans(spans=spans)]
+    )
+
+
+def test_it_rejects_the_spans_of_a_resource_with_too_many_attributes_only(post):
+    hostile, good = tool_span(), tool_span()
+    body = ExportTraceServiceRequest(
+        resource_spans=[resource_spans("noisy", hostile, extra=50_000), resource_spans("ok", good)]
+    ).SerializeToString()
+
+    response = post(body)
+
+    outcome = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert outcome.rejected_spans == 1
+    assert "its resource has more than 128 attribute values" in outcome.error_message
+    assert is_stored(good) and not is_stored(hostile)
+
+
+@pytest.mark.parametrize("content_type", [PROTOBUF, JSON])
+def test_it_stores_the_spans_of_an_over_long_service_name_under_its_first_200(post, content_type):
+    long_name = "svc-" + "x" * 246
+    cut, other = tool_span(), tool_span()
+    request = ExportTraceServiceRequest(
+        resource_spans=[resource_spans(long_name, cut), resource_spans("short-service", other)]
+    )
+    body = request.SerializeToString() if content_type == PROTOBUF else json.dumps(as_json(request))
+
+    response = post(body if isinstance(body, bytes) else body.encode(), content_type)
+
+    assert response.status_code == 200
+    if content_type == PROTOBUF:
+        outcome = ExportTraceServiceResponse.FromString(response.content).partial_success
+        rejected, message = outcome.rejected_spans, outcome.error_message
+    else:
+        outcome = response.json()["partialSuccess"]
+        rejected, message = int(outcome.get("rejectedSpans", 0)), outcome["errorMessage"]
+    assert rejected == 0
+    assert message == (
+        "resource 0: service.name is 250 characters, more than 200; its spans are stored "
+        "under its first 200"
+    )
+    assert is_stored(cut) and is_stored(other)
+    stored = Invocation.objects.get(span_id=cut.span_id.hex())
+    assert stored.agent == long_name[:200]
+    assert OtlpProducer.objects.filter(name=long_name[:200], tool_spans=1).exists()
+    assert OtlpProducer.objects.filter(name="short-service", tool_spans=1).exists()
+
+
+def many_spans(count: int) -> ExportTraceServiceRequest:
+    spans = []
+    for index in range(count):
+        span = tool_span()
+        span.span_id = (index + 1).to_bytes(8, "big")
+        spans.append(span)
+    return export_request(*spans)
+
+
+@pytest.mark.parametrize("content_type", [PROTOBUF, JSON])
+def test_it_refuses_a_request_over_the_span_limit_naming_it(post, content_type):
+    request = many_spans(1001)
+    body = (
+        request.SerializeToString() if content_type == PROTOBUF
+        else json.dumps(as_json(request)).encode()
+    )  # fmt: skip
+
+    response = post(body, content_type)
+
+    assert response.status_code == 413
+    assert response.headers["Content-Type"] == content_type
+    status = status_of(response)
+    assert status.code == 3  # INVALID_ARGUMENT: not worth retrying as is
+    assert status.message.startswith(
+        "1,001 spans in one request; the limit is 1,000 (ARES_OTLP_MAX_SPANS): export smaller "
+        "batches"
+    )
+    assert not Invocation.objects.exists()
+
+
+def test_it_takes_a_request_at_the_span_limit(post):
+    response = post(many_spans(1000).SerializeToString())
+
+    assert response.status_code == 200
+    assert ExportTraceServiceResponse.FromString(response.content) == ExportTraceServiceResponse()
+    assert Invocation.objects.count() == 1000
+
+
+def test_it_follows_a_lowered_span_limit(post, settings):
+    settings.ARES_OTLP_MAX_SPANS = 3
+
+    refused = post(many_spans(4).SerializeToString())
+    taken = post(many_spans(3).SerializeToString())
+
+    assert refused.status_code == 413
+    assert "4 spans in one request; the limit is 3" in status_of(refused).message
+    assert taken.status_code == 200
+
+
+def test_it_refuses_a_declared_length_over_the_limit_before_reading(
+    live_server, make_key, settings
+):
+    settings.ARES_INGEST_MAX_BODY_BYTES = 2048
+    host, port = urlsplit(live_server.url).hostname, urlsplit(live_server.url).port
+    head = (
+        "POST /v1/traces HTTP/1.1\r\n"
+        f"Host: {host}\r\nAuthorization: Bearer {make_key('report')}\r\n"
+        f"Content-Type: {PROTOBUF}\r\nContent-Length: 5000000\r\nConnection: close\r\n\r\n"
+    )
+
+    # Only the headers are sent: the answer must come from the declared length alone.
+    with socket.create_connection((host, port), timeout=10) as connection:
+        connection.sendall(head.encode())
+        answer = http.client.HTTPResponse(connection)
+        answer.begin()
+        body = answer.read()
+
+    assert answer.status == 413
+    assert (
+        "larger than 2048 bytes (ARES_INGEST_MAX_BODY_BYTES)" in RpcStatus.FromString(body).message
+    )

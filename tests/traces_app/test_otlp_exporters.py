@@ -8,9 +8,11 @@ into OTLP/JSON (hex ids, lowerCamelCase), as JavaScript exporters send it.
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,7 +26,12 @@ from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 from opentelemetry.trace import Status, StatusCode
 
 from traces_app.models import Invocation, OtlpProducer, Trace
@@ -372,6 +379,41 @@ def test_it_refuses_an_exporter_without_a_key(sdk_export):
     results = sdk_export(lambda tracer: tracer.start_span("x").end(), headers={})
 
     assert results == [SpanExportResult.FAILURE]
+    assert not Invocation.objects.exists()
+
+
+# The SDK's BatchSpanProcessor, holding spans until it is shut down, then exporting them in
+# requests of its default max_export_batch_size (512).
+FullBatches = functools.partial(BatchSpanProcessor, schedule_delay_millis=60_000)
+
+
+def tool_calls(count: int) -> Callable[[Any], None]:
+    """Return a function making `count` GenAI tool spans, one trace each."""
+
+    def make(tracer: Any) -> None:
+        for index in range(count):
+            tracer.start_span(
+                "execute_tool calculator",
+                attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "calc",
+                            "gen_ai.tool.call.arguments": f'{{"n": {index}}}'},
+            ).end()  # fmt: skip
+
+    return make
+
+
+def test_it_takes_the_sdks_default_batch_in_one_request(sdk_export):
+    results = sdk_export(tool_calls(512), processor=FullBatches)
+
+    assert results == SUCCESS  # one export: 512 spans, within the default limit of 1,000
+    assert Invocation.objects.count() == 512
+
+
+def test_it_refuses_a_batch_over_the_span_limit_so_the_exporter_fails(sdk_export, settings):
+    settings.ARES_OTLP_MAX_SPANS = 100
+
+    results = sdk_export(tool_calls(512), processor=FullBatches)
+
+    assert results == [SpanExportResult.FAILURE]  # a 413: not retried, nothing stored
     assert not Invocation.objects.exists()
 
 
