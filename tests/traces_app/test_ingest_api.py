@@ -153,6 +153,23 @@ def test_it_keeps_the_first_known_agent_session_and_request(report, span):
     )
 
 
+@pytest.mark.parametrize("together", [True, False], ids=["one batch", "a batch each"])
+def test_it_keeps_the_request_of_the_earliest_span_whatever_arrives_first(report, span, together):
+    trace_id = secrets.token_hex(16)
+    asks = [
+        span(trace_id=trace_id, kind="llm", tool_name="", request_text=f"ask {n}", started_at=at(n))
+        for n in (3, 1, 2)
+    ]
+
+    if together:
+        report(*asks)
+    else:
+        for ask in asks:
+            report(ask)
+
+    assert trace_totals(trace_id)["request_text"] == "ask 1"
+
+
 def test_it_names_a_trace_after_its_root_spans_agent(report, span):
     trace_id = secrets.token_hex(16)
     # Span ids sort the sub-agent's call first in the batch; the root still names the trace.
