@@ -24,6 +24,7 @@ pytestmark = pytest.mark.browser
 default_rules = planner_fixtures.default_rules
 fake_llm = planner_fixtures.fake_llm
 fresh_ruleset_cache = planner_fixtures.fresh_ruleset_cache
+demo_server = planner_fixtures.demo_server
 
 HOSTILE = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned=2'>"
 # The newest turn of the conversation, and its parts.
@@ -116,7 +117,7 @@ def test_the_scripted_llm_path_shows_turns_calls_and_hostile_text_as_text(
     assert answer.startswith("6*7 = 42.") and "<script>" in answer
     assert page.evaluate("window.__pwned") is None
     assert page.locator("#transcript script, #transcript img").count() == 0
-    assert "finished: stop" in page.locator(FACTS).inner_text()
+    assert page.locator(FACTS).inner_text().startswith("Answered · ")
     assert len(fake_llm.requests) == 2 and fake_llm.requests[0]["stream"] is True
     screenshot(page, "sandbox-llm")
     assert_stayed_local(page, live_server)
@@ -144,7 +145,7 @@ def test_a_stubborn_model_spiral_ends_with_the_planners_answer(
     assert planned.count() == 1 and '"expression": "6*7"' in planned.inner_text()
     assert "not run: refused by the loop" in transcript  # the 4th turn's call, refused
     assert '"result": 42' in page.locator(ANSWER_TEXT).inner_text()
-    assert "finished: spiral_breaker" in page.locator(FACTS).inner_text()
+    assert "Answered after a failure spiral was broken" in page.locator(FACTS).inner_text()
     assert len(fake_llm.requests) == 4 and "tools" not in fake_llm.requests[3]
     screenshot(page, "sandbox-spiral")
     assert_stayed_local(page, live_server)
@@ -165,7 +166,7 @@ def test_active_discovery_with_a_direct_call_shows_the_planners_answer(
     page.click("#send-button")
     page.wait_for_selector(ANSWER, timeout=30_000)
     assert '"result": 42' in page.locator(ANSWER_TEXT).inner_text()  # not an empty answer
-    assert "finished: planner_answer" in page.locator(FACTS).inner_text()
+    assert "Answered by the planner" in page.locator(FACTS).inner_text()
     assert page.locator("li.tool-call", has_text="2 planner").count() == 1
     assert_stayed_local(page, live_server)
 
@@ -291,7 +292,9 @@ def test_stop_ends_a_task_the_trace_says_so_and_the_chat_goes_on(
     page.wait_for_selector(ANSWER, timeout=30_000)
     release.set()
     turn = page.locator(TURN)
-    assert "finished: cancelled" in turn.locator(".answer-facts").inner_text()
+    facts = turn.locator(".answer-facts")
+    assert facts.inner_text() == "Stopped by you" and "failed" not in turn.inner_text()
+    assert facts.get_attribute("data-finish-reason") == "cancelled"
     assert "Stopped before the model answered." in turn.locator(".answer-text").inner_text()
     assert turn.locator("li.step-notice", has_text="Stopping").count() == 1
     assert "stopped" in turn.get_attribute("class")
@@ -299,14 +302,15 @@ def test_stop_ends_a_task_the_trace_says_so_and_the_chat_goes_on(
     assert page.locator("#stop-button").is_hidden()
     screenshot(page, "sandbox-stopped")
 
-    # The records agree with the page: the task and its model call ended cancelled.
+    # The records agree with the page: the task and its model call stopped, none failed.
     trace = trace_of(turn)
     span = agent_span(trace)
     assert (span.status, span.error_kind, span.result["finish_reason"]) == (
-        "error", "cancelled", "cancelled"
+        "stopped", "cancelled", "cancelled"
     )  # fmt: skip
     llm = Invocation.objects.get(trace_id=trace.trace_id, kind="llm")
-    assert llm.error_kind == "cancelled"
+    assert (llm.status, llm.error_kind) == ("stopped", "cancelled")
+    assert (trace.status, trace.failed_calls, trace.stopped_calls) == ("stopped", 0, 2)
 
     # The conversation goes on, the stopped turn in it.
     send(page, "Answer now, then.")
@@ -318,8 +322,39 @@ def test_stop_ends_a_task_the_trace_says_so_and_the_chat_goes_on(
     page.locator(TRACE_LINK).click()
     assert "Answer now, then." in page.content()
     page.goto(f"{live_server.url}/traces/{trace.trace_id}/")  # the stopped turn's trace
-    assert "cancelled" in page.locator("main").inner_text()
+    main = page.locator("main").inner_text()
+    assert "stopped by its caller" in main and "2 stopped" in main
+    assert page.locator("#trace-status").inner_text() == "Stopped"
+    assert "failed" not in main.lower() and "Has failures" not in main
     assert_stayed_local(page, live_server)
+
+
+def test_the_planner_runs_an_agents_mcp_tool_and_shows_its_text_as_text(
+    staff_page: Any,
+    live_server: Any,
+    settings: Any,
+    default_rules: None,
+    demo_server: None,
+    screenshot: Callable[[Any, str], Path],
+) -> None:
+    Agent.objects.create(name="mcp-only", tools=["mcp.demo.add", "mcp.demo.sha256"])
+    page = staff_page
+    page.goto(f"{live_server.url}/sandbox/")
+    page.select_option("#id_agent", "mcp-only")
+    page.select_option("#id_mode", "planner")
+    send(page, "what is 1250 plus 370")
+    turn = page.locator(TURN)
+    note = turn.locator("li.step-notice").inner_text()
+    assert "calculator passed over for Summation: the caller may not use it" in note
+    call = turn.locator("li.tool-call")
+    assert "mcp.demo.add" in call.inner_text() and "ok" in call.inner_text()
+    answer = turn.locator(".answer-text").inner_text()
+    # The tool's own text, its lines and quotes as they are: no escaped JSON string.
+    assert answer.startswith("mcp.demo.add:\n{\n") and '"sum": 1620' in answer
+    assert "\\" not in answer and '\\"' not in answer
+    assert turn.locator(".answer-facts").inner_text() == "Answered"
+    assert "finished:" not in turn.inner_text()
+    screenshot(page, "sandbox-mcp-answer")
 
 
 def test_when_the_stop_request_fails_closing_the_stream_stops_the_task(
@@ -362,7 +397,7 @@ def test_a_long_conversation_sends_only_the_newest_turns_the_server_takes(
     send(page, "And again.")
     third = send(page, "Now briefly.")
     assert page.locator("#form-error").is_hidden()  # no 400: the page trimmed what it sent
-    assert "finished: stop" in third.locator(".answer-facts").inner_text()
+    assert third.locator(".answer-facts").get_attribute("data-finish-reason") == "stop"
     state = page.locator("#conversation-state").inner_text()
     assert state == "1 earlier turn sent with this message (1 older left out)"
     sent = [(m["role"], m["content"][:12]) for m in fake_llm.requests[2]["messages"]]
