@@ -3,9 +3,9 @@
 Each change to a rule, capability, mapping, profile, score rule or the weights writes a
 numbered snapshot in the same transaction as the change, under one lock (`lock_rules`),
 so versions are numbered in commit order without collisions and the newest snapshot is
-always what the rows hold. On commit a stamp file beside the database is touched. A
-process checks the stamp's modification time on every planner call (a stat, not a
-query) and reloads the newest snapshot when it moved; processes on other machines see
+always what the rows hold. On commit a stamp file beside the database is replaced. A
+process reads the stamp on every planner call (a small file read, not a query) and
+reloads the newest snapshot when it moved; processes on other machines see
 changes within ARES_PLANNER_RELOAD_CHECK_S through a cheap periodic query.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -151,7 +152,7 @@ def record_version(change: str, user: Any = None) -> models.RuleSetVersion:
             change=change[:300],
             snapshot=take_snapshot(),
         )
-        transaction.on_commit(_touch_stamp)
+        transaction.on_commit(lambda: _touch_stamp(version.number))
     return version
 
 
@@ -206,16 +207,24 @@ def _this_transactions_version() -> models.RuleSetVersion | None:
     return version if any(entry[1] is marker for entry in pending) else None
 
 
-def _touch_stamp() -> None:
-    path = stamp_path()
-    with open(path, "a"):
-        pass
-    os.utime(path)
+def _touch_stamp(number: int) -> None:
+    """Replace the stamp file with one holding the new version's number."""
+    handle, temporary = tempfile.mkstemp(dir=settings.VAR_DIR, prefix=".ruleset-stamp-")
+    with os.fdopen(handle, "w") as stamp:
+        stamp.write(f"{number}\n")
+    os.replace(temporary, stamp_path())  # whole: a reader never sees it half written
 
 
-def _stamp() -> int | None:
+def _stamp() -> tuple[int, int, str] | None:
+    """Return what identifies the stamp's last write: its inode, mtime and the number in it.
+
+    The mtime alone moves in coarse ticks (a few ms), so two versions within one tick
+    would look like one; each number is written once, so the content always moves.
+    """
     try:
-        return os.stat(stamp_path()).st_mtime_ns
+        with open(stamp_path()) as stamp:
+            status = os.fstat(stamp.fileno())
+            return status.st_ino, status.st_mtime_ns, stamp.read(32)
     except FileNotFoundError:
         return None
 

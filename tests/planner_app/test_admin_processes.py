@@ -93,12 +93,13 @@ def edit_round(number: int, editors: dict[str, httpx.Client]) -> tuple[str, list
     return winner, typed[winner]
 
 
-def rollback_round(editors: dict[str, httpx.Client]) -> None:
+def rollback_round(number: int, editors: dict[str, httpx.Client]) -> None:
     """alice confirms a rollback while bob saves the rule: one of them goes through."""
     alice, bob = editors["alice"], editors["bob"]
     target = RuleSetVersion.objects.order_by("-number")[1]
     url, keywords = sum_en()
     edit = form_fields(bob.get(url).text, "intentrule_form")
+    typed = ", ".join([*keywords[:4], f"late{number}"])  # new each round: a save that changes
     asked = {
         "action": "roll_back",
         "_selected_action": target.pk,
@@ -108,7 +109,7 @@ def rollback_round(editors: dict[str, httpx.Client]) -> None:
                           "confirm-rollback")  # fmt: skip
     rolled, edited = at_once(
         lambda: alice.post("/admin/planner_app/rulesetversion/", data=confirm),
-        lambda: bob.post(url, data={**edit, "keywords": ", ".join([*keywords[:4], "late"])}),
+        lambda: bob.post(url, data={**edit, "keywords": typed}),
     )
     assert (rolled.status_code, edited.status_code).count(500) == 0
     went_through = [rolled.status_code == 302, edited.status_code == 302]
@@ -136,8 +137,8 @@ def test_two_operators_saving_one_rule_at_once(
             saves.append(edit_round(number, editors))
             assert_planner_runs_the_rows(planner)
         last_edit = rulesets.latest_number()
-        for _ in range(ROLLBACK_ROUNDS):
-            rollback_round(editors)
+        for number in range(ROLLBACK_ROUNDS):
+            rollback_round(number, editors)
             assert_planner_runs_the_rows(planner)
     log = (tmp_path / "gunicorn.log").read_text()
     assert len(set(re.findall(r"Booting worker with pid: (\d+)", log))) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,13 @@ def test_it_rolls_back_two_rules_that_swapped_names(default_rules: None) -> None
     rulesets.rollback(original)
     assert IntentRule.objects.get(pk=hashing.pk).name == "hashing"
     assert IntentRule.objects.get(pk=regex.pk).name == "regex"
+
+
+def test_it_sees_two_versions_written_within_one_clock_tick(settings: Any, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+    rulesets._touch_stamp(7)
+    seen = rulesets._stamp()
+    mtime = Path(rulesets.stamp_path()).stat().st_mtime_ns
+    rulesets._touch_stamp(8)
+    os.utime(rulesets.stamp_path(), ns=(mtime, mtime))  # a coarse clock: the same mtime
+    assert rulesets._stamp() != seen  # so the next planner call reloads
