@@ -282,7 +282,9 @@ BAD_ITEMS = [
     pytest.param({"input_tokens": 1.5}, "input_tokens", "valid integer", id="fractional tokens"),
     pytest.param({"cost_usd": -0.01}, "cost_usd", "greater than or equal to 0", id="neg cost"),
     pytest.param({"attempt": 0}, "attempt", "greater than or equal to 1", id="attempt 0"),
-    pytest.param({"status": "maybe"}, "status", "Input should be 'ok' or 'error'", id="status"),
+    pytest.param(
+        {"status": "maybe"}, "status", "Input should be 'ok', 'error' or 'stopped'", id="status"
+    ),
     pytest.param({"kind": "robot"}, "kind", "Input should be 'tool'", id="unknown kind"),
     pytest.param({"chosen_by": "human"}, "chosen_by", "Input should be 'llm'", id="chosen_by"),
     pytest.param({"ran_on": "mars"}, "ran_on", "should match pattern", id="ran_on"),
