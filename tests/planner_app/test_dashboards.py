@@ -153,6 +153,23 @@ def test_it_gives_each_tool_the_planners_score_on_its_recent_calls(admin_client:
     assert row.score.final == expected.final
 
 
+def test_a_call_stopped_by_its_caller_is_neither_a_success_nor_a_failure_of_the_tool(
+    admin_client: Client,
+) -> None:
+    record(
+        *calls("calculator", 3),
+        *calls("calculator", 1, status="error", error_kind="timeout"),
+        *calls("calculator", 2, status="stopped", error_kind="cancelled"),
+    )
+    row = rows_by_name(admin_client.get("/tools/"))["calculator"]
+    assert (row.totals.calls, row.totals.failures, row.totals.stopped) == (6, 1, 2)
+    assert (row.totals.judged_calls, row.totals.success_rate) == (4, 0.75)
+    page = admin_client.get("/tools/").content.decode()
+    assert "(2 stopped left out)" in page
+    evidence = rows_by_name(admin_client.get("/tools/"))["calculator"].score
+    assert (evidence.samples, evidence.success_rate) == (4, 0.75)  # the planner's, too
+
+
 SORT_CASES = [
     ("-calls", ["web_search", "zz.outside", "aa.outside", "calculator"]),
     ("calls", ["aa.outside", "calculator", "web_search", "zz.outside"]),
