@@ -412,3 +412,16 @@ def test_it_refuses_a_delete_confirmed_before_another_save(client: Client, bob: 
     again = form_fields(page, "delete-confirmation")  # the confirmation, as it is now
     assert client.post(delete, again).status_code == 302
     assert not IntentRule.objects.filter(pk=rule.pk).exists()
+
+
+@pytest.mark.parametrize("marker", ["abc", "999999", "-1"])
+def test_it_refuses_an_edit_whose_page_names_no_recorded_version(
+    client: Client, marker: str
+) -> None:
+    rule = IntentRule.objects.get(name="hashing")
+    url = f"/admin/planner_app/intentrule/{rule.pk}/change/"
+    form = {**opened(client, url, "intentrule_form"), "priority": "5", "ruleset_version": marker}
+    response = client.post(url, form)
+    assert response.status_code == 200
+    assert "which is not a recorded version: reload the page" in response.content.decode()
+    assert IntentRule.objects.get(pk=rule.pk).priority == 80
