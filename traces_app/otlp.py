@@ -1219,9 +1219,11 @@ class _ValueReader:
     def attributes(self, pairs: Sequence[KeyValue]) -> dict[str, Any]:
         self.spend(len(pairs))
         values: dict[str, Any] = {}
+        read = self.value  # looked up once: this loop runs for every attribute of a request
         for pair in pairs:
-            if pair.key not in values:
-                values[pair.key] = self.value(pair.value)
+            key = pair.key
+            if key not in values:
+                values[key] = read(pair.value)
         return values
 
     def value(self, value: AnyValue) -> Any:
