@@ -18,7 +18,7 @@ from planner_app.models import Agent, Workflow, WorkflowRun
 from planner_app.workflows.runs import execute_run
 from tests.planner_app.conftest import Gate
 from tests.planner_app.fake_llm import FakeLlm, Reply, call, say
-from traces_app.models import Invocation
+from traces_app.models import Invocation, Trace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("llm_settings")]
 
@@ -143,7 +143,8 @@ def test_the_calls_of_a_reply_that_came_as_the_task_stopped_are_refused(
     assert spans(result.trace_id, "tool") == []  # never sent to the engine
     [refused] = spans(result.trace_id, "other")
     assert refused.result == {"refused_by": "stopped"}
-    assert refused.error_message == "not run: the task was stopped"
+    assert (refused.status, refused.error_message) == ("stopped", "not run: the task was stopped")
+    assert Trace.objects.get(pk=result.trace_id).failed_calls == 0  # a Stop fails nothing
     assert_agent_cancelled(result.trace_id)
 
 
