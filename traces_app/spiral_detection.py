@@ -18,9 +18,17 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from traces_app.models import FailureSpiral, Invocation, SpanKind, SpiralResolution, Trace
+from traces_app.models import (
+    FailureSpiral,
+    Invocation,
+    SpanKind,
+    SpanStatus,
+    SpiralResolution,
+    Trace,
+)
 from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
 
 
@@ -140,8 +148,8 @@ def rescan_spirals(since: datetime, limit: int = 2000) -> int:
 
     Ingest sees a loop only when one process counted its repeats, so a loop whose calls
     reached different processes waits for this scan (the beat runs it every minute). It
-    also settles loops that went quiet: an `ongoing` spiral with no call for SPIRAL_QUIET
-    is marked gave_up. At most `limit` traces, the most recently received first.
+    also settles loops that went quiet (settle_quiet_loops). At most `limit` traces, the
+    most recently received first.
     """
     recent = (
         Invocation.objects.filter(received_at__gte=since, kind=SpanKind.TOOL)
@@ -156,10 +164,31 @@ def rescan_spirals(since: datetime, limit: int = 2000) -> int:
     for trace_id in trace_ids:
         with transaction.atomic():
             detect_spirals(trace_id)
-    FailureSpiral.objects.filter(
-        resolution=SpiralResolution.ONGOING, ended_at__lt=timezone.now() - SPIRAL_QUIET
-    ).update(resolution=SpiralResolution.GAVE_UP, updated_at=timezone.now())
+    settle_quiet_loops()
     return len(trace_ids)
+
+
+def settle_quiet_loops() -> None:
+    """End the `ongoing` loops with no call for SPIRAL_QUIET: gave up, or repeated calls.
+
+    An ongoing loop's last call succeeded. One whose calls all succeeded is a loop of
+    successes (repeated), not a tool the agent gave up on; one with a failed call among
+    them gave up.
+    """
+    now = timezone.now()
+    quiet = FailureSpiral.objects.filter(
+        resolution=SpiralResolution.ONGOING, ended_at__lt=now - SPIRAL_QUIET
+    )
+    failed_call = Invocation.objects.filter(
+        trace_id=OuterRef("trace_id"),
+        tool_name=OuterRef("tool_name"),
+        kind=SpanKind.TOOL,
+        status=SpanStatus.ERROR,
+        started_at__gte=OuterRef("started_at"),
+        started_at__lte=OuterRef("ended_at"),
+    )
+    quiet.filter(Exists(failed_call)).update(resolution=SpiralResolution.GAVE_UP, updated_at=now)
+    quiet.update(resolution=SpiralResolution.REPEATED, updated_at=now)
 
 
 def with_llm_turns(trace_id: str, calls: list[CallView]) -> list[CallView]:

@@ -373,6 +373,22 @@ def test_the_rescan_settles_a_loop_that_went_quiet(transactional_db) -> None:
 
     rescan_spirals_task.delay().get()
 
+    # Three successes: a loop of them, not a tool given up on.
+    assert FailureSpiral.objects.get(trace_id=trace_id).resolution == "repeated"
+
+
+def test_the_rescan_settles_a_quiet_loop_with_failures_as_given_up(transactional_db) -> None:
+    trace_id = secrets.token_hex(16)
+    quiet_since = datetime.now(UTC) - spiral_detection.SPIRAL_QUIET - timedelta(minutes=1)
+    statuses = [{"status": "error", "error_kind": "timeout", "result": None}, {}, {}]
+    for i, status in enumerate(statuses):
+        started = (quiet_since + timedelta(seconds=i)).isoformat()
+        span = make_span(trace_id=trace_id, started_at=started, **status)
+        record_invocations([InvocationIn.model_validate(span)])
+    assert FailureSpiral.objects.get(trace_id=trace_id).resolution == "ongoing"
+
+    rescan_spirals_task.delay().get()
+
     assert FailureSpiral.objects.get(trace_id=trace_id).resolution == "gave_up"
 
 
