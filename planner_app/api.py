@@ -7,7 +7,7 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
-from pydantic import field_validator
+from pydantic import StrictBool, field_validator
 
 from planner_app import bridge
 from planner_app.agents.llm.messages import LlmNotConfigured, Message
@@ -31,7 +31,10 @@ class BridgeExecuteIn(Schema):
     tool: str | None = Field(default=None, max_length=200, description="A tool name, if any")
     arguments: dict[str, Any] | str | None = None
     request: str = Field(default="", max_length=4000, description="The user's request")
-    fallback: bool = Field(default=True, description="Plan from the request if the tool fails")
+    # Strict: JSON true or false only, as the schema says (not 0, 1.0 or "yes").
+    fallback: StrictBool = Field(
+        default=True, description="Plan from the request if the tool fails"
+    )
     call_id: str = Field(default="", max_length=200, pattern=NAME_PATTERN)
     trace_id: str | None = Field(default=None, pattern=TRACE_ID_PATTERN)
     agent: str = Field(default="", max_length=200, pattern=NAME_PATTERN)

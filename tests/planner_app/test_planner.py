@@ -165,3 +165,15 @@ def test_planning_needs_the_plan_scope(live_server: Any, make_key: Any) -> None:
     response = httpx.post(f"{live_server.url}/api/v1/plan", json={"request": "1+1"},
                           headers=headers)  # fmt: skip
     assert response.status_code == 403
+
+
+@pytest.mark.parametrize("fallback", [0, 0.0, 1, "yes", "false", None])
+def test_execute_takes_only_json_true_or_false_for_fallback(
+    live_server: Any, make_key: Any, fallback: Any
+) -> None:
+    headers = {"Authorization": f"Bearer {make_key('execute')}"}
+    body = {"request": "1+1", "fallback": fallback}
+    response = httpx.post(f"{live_server.url}/api/v1/execute", json=body, headers=headers)
+
+    assert response.status_code == 422
+    assert "fallback" in response.text
