@@ -65,12 +65,22 @@ class VersionedForm(forms.ModelForm):
         return data
 
 
+def opened_version(request: HttpRequest) -> int | None:
+    """Return the version the posted page was opened at (0 if not a number), or None.
+
+    None: a GET, or a post from outside the admin's pages, with nothing to compare.
+    """
+    marker = request.POST.get(VERSION_FIELD)
+    if marker is None:
+        return None
+    return int(marker) if marker.isdigit() else 0  # 0 is no version: changed_since says so
+
+
 def opened_at(form: type[forms.ModelForm], request: HttpRequest) -> type[forms.ModelForm]:
     """Return `form` checking edits against the version the posted page was opened at."""
-    marker = request.POST.get(VERSION_FIELD)
-    if marker is None:  # a GET, or a post from outside the admin's pages: nothing to compare
+    opened = opened_version(request)
+    if opened is None:
         return form
-    opened = int(marker) if marker.isdigit() else 0  # 0 is no version: the form says so
     return type(form.__name__, (form,), {"opened_version": opened})
 
 
@@ -124,9 +134,9 @@ class VersionedAdmin(admin.ModelAdmin):
 
     def _refuse_stale_delete(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
         """Send a deletion confirmed on a page older than the row's last change back to it."""
-        marker = request.POST.get(VERSION_FIELD)
-        row = self.get_object(request, unquote(object_id)) if marker is not None else None
-        changes = row and rulesets.changed_since(row, int(marker) if marker.isdigit() else 0)
+        opened = opened_version(request)
+        row = self.get_object(request, unquote(object_id)) if opened is not None else None
+        changes = row and rulesets.changed_since(row, opened)
         if not changes:
             return None
         self.message_user(request, f"{changes} Nothing was deleted.", messages.ERROR)
