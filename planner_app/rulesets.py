@@ -238,11 +238,12 @@ def current_ruleset() -> RuleSet:
     if cached is not None and stamp == _cache["stamp"] and not periodic:
         return cached
     with _lock:
-        latest = models.RuleSetVersion.objects.order_by("-number").first()
-        if latest is None:
-            latest = _initial_version()
-            stamp = _stamp()
-        if cached is None or cached.version != latest.number:
+        # The number alone tells whether anything changed; the snapshot is read on a change.
+        if cached is None or cached.version != latest_number():
+            latest = models.RuleSetVersion.objects.order_by("-number").first()
+            if latest is None:
+                latest = _initial_version()
+                stamp = _stamp()
             cached = ruleset_from_snapshot(latest.snapshot, latest.number)
         _cache.update(ruleset=cached, stamp=stamp, checked_at=now)
     return cached
