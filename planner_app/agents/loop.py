@@ -60,6 +60,7 @@ from planner_app.agents.stopping import (
     CANCELLED,
     STOPPED_ANSWER,
     STOPPED_REASON,
+    STOPPED_STATUS,
     Stopped,
     call_unless_stopped,
     check_stop,
@@ -970,14 +971,12 @@ class _Task(TaskRecords):
             chosen_by="llm",
             ran_on="none",
             arguments=call.arguments,
-            status="error",
+            # Refused because the user stopped the task: stopped, no failure.
+            status=STOPPED_STATUS if refused_by == "stopped" else "error",
             error_kind=str(ErrorKind.CANCELLED),
             error_message=why,
             result={"refused_by": refused_by},
         )
-        if refused_by == "stopped":  # refused because the user stopped the task: no failure
-            mark_stopped(span)
-            span["error_message"] = why
         self.store([span])
 
     def _record_discovery(
