@@ -19,8 +19,8 @@ from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
-from traces_app.api_errors import document_errors, refuse_unknown_query
-from traces_app.bodies import JsonBodyParser, read_json_body
+from traces_app.http.errors import document_errors, refuse_unknown_query
+from traces_app.http.bodies import JsonBodyParser, read_json_body
 from traces_app.schemas import MAX_LISTED_ERRORS, FieldError, listed
 from traces_app.scores_api import router as scores_router
 

@@ -14,7 +14,7 @@ from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
-from traces_app.api_errors import RETRY_AFTER_SECONDS, database_is_busy
+from traces_app.http.errors import RETRY_AFTER_SECONDS, database_is_busy
 
 logger = logging.getLogger(__name__)
 

@@ -55,5 +55,5 @@ def _invalid(request: HttpRequest, names: list[str]) -> HttpResponse:
 
 
 def _json(body: dict[str, object], status: int) -> HttpResponse:
-    """Return a JSON answer in the API's error shape (traces_app.api_errors)."""
+    """Return a JSON answer in the API's error shape (traces_app.http.errors)."""
     return HttpResponse(json.dumps(body), status=status, content_type="application/json")

@@ -15,8 +15,8 @@ from planner_app.agents.run import model_name, run_agent
 from planner_app.models import Agent
 from planner_app.services import plan_request
 from tools_app.engine import CallContext
-from traces_app.api_errors import WITH_BODY, responses
-from traces_app.auth import ApiKeyAuth
+from traces_app.http.errors import WITH_BODY, responses
+from traces_app.http.auth import ApiKeyAuth
 from traces_app.schemas import NAME_PATTERN, TRACE_ID_PATTERN
 
 router = Router(tags=["planner"])

@@ -11,7 +11,7 @@ from ninja.errors import HttpError
 
 from traces_app.api import TRACE_SORTS, TraceFilter, sorted_traces
 from traces_app.models import ChosenBy, SpiralKind, SpiralResolution, TraceStatus
-from traces_app.paging import SortKey
+from traces_app.http.paging import SortKey
 from traces_app.ranges import TimeRange
 from traces_app.scores import SCORE_FILTER_PATTERN
 

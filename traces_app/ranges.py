@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from traces_app.paging import filter_moment
+from traces_app.http.paging import filter_moment
 
 PRESETS: dict[str, tuple[timedelta, str]] = {
     "1h": (timedelta(hours=1), "last hour"),

@@ -15,7 +15,7 @@ from traces_app import timeline
 from traces_app.dashboards import fresh_range_context
 from traces_app.forms import SpiralFilterForm, TraceFilterForm, error_messages
 from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace, TraceStatus
-from traces_app.paging import NEWEST_FIRST, BadCursor, KeysetPage, SortKey, keyset_page
+from traces_app.http.paging import NEWEST_FIRST, BadCursor, KeysetPage, SortKey, keyset_page
 from traces_app.ranges import TimeRange
 
 PAGE_SIZE = 50

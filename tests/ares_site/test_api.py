@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 from tests.traces_app.test_otlp_unavailable import impatient_server  # noqa: F401 (a fixture)
-from traces_app.api_errors import AUTHENTICATED, WITH_BODY
+from traces_app.http.errors import AUTHENTICATED, WITH_BODY
 from traces_app.models import SCOPES
 
 # Every operation that takes a body.

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from traces_app.models import check_rollups
-from traces_app.paging import filter_moment
+from traces_app.http.paging import filter_moment
 
 
 class Command(BaseCommand):

@@ -60,7 +60,7 @@ ERRORS: dict[int, tuple[type[Schema], str]] = {
 }
 # Every operation checks an API key in the database, whose write lock or absence may answer.
 AUTHENTICATED = (401, 403, 422, 429, 503)
-# Statuses the JSON body reader adds (traces_app.bodies).
+# Statuses the JSON body reader adds (traces_app.http.bodies).
 WITH_BODY = (400, 413, 415, 422)
 
 
