@@ -31,7 +31,7 @@ from traces_app.timeline import llm_exchange
 
 HERE = Path(__file__).parent
 SETUPS = HERE / "setups"
-README = HERE.parents[1] / "README.md"
+README = HERE.parents[1] / "docs" / "opentelemetry.md"
 MODEL = "gpt-4o-mini"
 # The model's two turns: both tools at once, then the answer; with the usage it reports.
 USAGE = [(51, 17), (90, 14)]
