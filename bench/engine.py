@@ -74,7 +74,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     from tools_app.builtins.calculator import calculator
     from tools_app.engine import CallContext
-    from tools_app.runtime import get_engine
+    from tools_app.site_engine import get_engine
     from tools_app.specs import ToolCall
     from traces_app.models import Invocation
 

@@ -16,7 +16,7 @@ from planner_app.pipeline.planner import Plan
 from planner_app.pipeline.resolution import NOT_ALLOWED
 from planner_app.services import plan_request
 from tools_app.engine import CallContext
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from tools_app.specs import ErrorKind, ToolCall, ToolError, ToolResult
 
 logger = logging.getLogger(__name__)

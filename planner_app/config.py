@@ -24,8 +24,14 @@ import tomllib
 from typing import Any
 
 from planner_app.models import Agent
-from tools_app import config as tools_config
-from tools_app.config import ImportReport, checked_table, import_entry, named_entries, typed_value
+from tools_app import config_file as tools_config
+from tools_app.config_file import (
+    ImportReport,
+    checked_table,
+    import_entry,
+    named_entries,
+    typed_value,
+)
 
 AGENT_KEYS = {
     "name", "description", "model", "system_prompt", "tools", "max_tool_iterations",

@@ -29,7 +29,7 @@ from planner_app.evidence import (
     tool_rows,
 )
 from planner_app.rulesets import current_ruleset
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from traces_app.dashboards import (
     ToolTotals,
     fresh_range_context,

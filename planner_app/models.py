@@ -229,7 +229,7 @@ class Workflow(models.Model):
 
     def clean(self) -> None:
         from planner_app.workflows.graph import WorkflowError, validate_workflow
-        from tools_app.runtime import get_engine
+        from tools_app.site_engine import get_engine
 
         try:
             workflow = self.as_workflow()

@@ -35,7 +35,7 @@ from planner_app.agents.loop import LoopEvent
 from planner_app.agents.sandbox import SandboxTask, finished_sentence, run_sandbox_task
 from planner_app.models import SandboxStop
 from tools_app.registry import ToolRegistry
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from django.conf import settings
 from planner_app.pipeline.planner import Plan, Planner
 from planner_app.pipeline.scoring import Evidence
 from planner_app.rulesets import current_ruleset
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from traces_app.models import Invocation, Score, SpanStatus, caller_fault_q
 
 _planner = Planner()

@@ -22,7 +22,7 @@ from planner_app.pipeline.planner import Plan
 from planner_app.pipeline.ruleset import RuleSet
 from planner_app.services import plan_request, recent_evidence
 from tools_app.engine import CallContext
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from traces_app.schemas import is_trace_id
 
 MAX_REQUEST_CHARS = 4000

@@ -27,10 +27,10 @@ def stop_the_engine_last(django_db_setup: None, django_db_blocker: Any) -> Itera
     dropping the test database.
     """
     yield
-    from tools_app import runtime
+    from tools_app import site_engine
 
     with django_db_blocker.unblock():
-        runtime.shutdown()
+        site_engine.shutdown()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.models import McpServer, ToolSetting
 
 
@@ -33,7 +33,7 @@ class McpServerAdmin(admin.ModelAdmin):
 
     @admin.action(description="Sync tools now (connect and list each server's tools)")
     def sync_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
-        errors = runtime.resync_now()
+        errors = site_engine.resync_now()
         for server in queryset.order_by("name"):
             server.refresh_from_db()
             if server.name in errors:

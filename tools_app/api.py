@@ -9,11 +9,11 @@ from django.http import HttpRequest
 from ninja import Router
 
 from tools_app.engine import CallContext
-from tools_app.site_engine import get_engine
 from tools_app.schemas import ExecuteIn, ToolOut, ToolResultOut
+from tools_app.site_engine import get_engine
 from tools_app.specs import ToolCall, ToolSpec
-from traces_app.http.errors import WITH_BODY, responses
 from traces_app.http.auth import ApiKeyAuth, key_or_staff
+from traces_app.http.errors import WITH_BODY, responses
 
 router = Router(tags=["tools"])
 

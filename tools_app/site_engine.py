@@ -25,8 +25,8 @@ from tools_app.engine import ToolEngine
 from tools_app.models import McpServer, ToolSetting
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
+from traces_app.ingest.recording import record_invocations
 from traces_app.schemas import InvocationFromDict
-from traces_app.services import record_invocations
 
 logger = logging.getLogger(__name__)
 

@@ -71,7 +71,7 @@ from planner_app.workflows.runs import StepWatch, bridge_step_runner, call_in_th
 from tools_app.engine import CallContext
 from tools_app.formatting import estimate_tokens
 from tools_app.registry import ToolRegistry
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from tools_app.specs import ToolResult
 
 logger = logging.getLogger(__name__)

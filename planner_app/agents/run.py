@@ -18,9 +18,9 @@ from planner_app import bridge
 from planner_app.agents.llm.messages import ChatModel, LlmNotConfigured, Message
 from planner_app.agents.loop import AgentSpec, LoopEvent, LoopResult, LoopServices, run_agent_loop
 from planner_app.models import Agent
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
+from traces_app.ingest.recording import record_invocations
 from traces_app.schemas import InvocationFromDict
-from traces_app.services import record_invocations
 from traces_app.spiral_detection import (
     detect_spirals,
     newest_tool_calls,

@@ -35,7 +35,7 @@ from planner_app.agents.stopping import CANCELLED
 from planner_app.models import Agent, Workflow, WorkflowRun
 from planner_app.workflows.runs import execute_run
 from tools_app.engine import CallContext
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from tools_app.specs import ToolResult
 
 SANDBOX_AGENT = "sandbox"

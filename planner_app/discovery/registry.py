@@ -238,7 +238,7 @@ def get_router() -> RegistryRouter:
     A new engine gets a new router; changed settings reconfigure the current one.
     """
     global _current, _current_config
-    from tools_app.runtime import get_engine  # the runtime needs Django set up: import late
+    from tools_app.site_engine import get_engine  # the runtime needs Django set up: import late
 
     registry = get_engine().registry
     config = site_router_config()

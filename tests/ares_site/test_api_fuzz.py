@@ -27,7 +27,7 @@ from schemathesis.core.parameters import ParameterLocation
 
 from ares_site.api import api
 from planner_app.models import Agent
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.models import ToolSetting
 from traces_app.models import SCOPES
 
@@ -49,9 +49,9 @@ def local_only(settings: Any) -> None:
     settings.ARES_SEARXNG_URL = ""
     settings.ARES_LLM_BASE_URL = ""
     ToolSetting.objects.create(name="http_request", enabled=False)
-    runtime.get_engine()
-    runtime.refresh_tool_settings(force=True)
-    registry = runtime.get_engine().registry
+    site_engine.get_engine()
+    site_engine.refresh_tool_settings(force=True)
+    registry = site_engine.get_engine().registry
     assert not registry.get("http_request").enabled
     assert registry.get("web_search").function.__name__ == "not_configured"
     assert not Agent.objects.exists()

@@ -14,7 +14,7 @@ from planner_app import rulesets
 from planner_app.demo import register_demo_tools
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.planner_app.fake_llm import FakeLlm
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.specs import ToolSpec
 
 
@@ -101,10 +101,10 @@ def site_tools(gate: Gate) -> Iterator[None]:
 
 def in_site_registry(specs: list[ToolSpec]) -> Iterator[None]:
     """Put tools in the site's registry for one test (a fixture's body: yield from it)."""
-    # The engine first: after a runtime.shutdown() there is none, and a refresh without
+    # The engine first: after a site_engine.shutdown() there is none, and a refresh without
     # one does nothing, so the first refresh later would resync and drop these tools.
-    registry = runtime.get_engine().registry
-    runtime.refresh_tool_settings(force=True)
+    registry = site_engine.get_engine().registry
+    site_engine.refresh_tool_settings(force=True)
     for spec in specs:
         registry.register(spec)
     yield
@@ -121,4 +121,4 @@ def demo_server(settings: Any, default_rules: None) -> Iterator[None]:
     register_demo_tools()
     rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
     yield
-    runtime.shutdown()  # stop the server's session: the next test's database has no row
+    site_engine.shutdown()  # stop the server's session: the next test's database has no row

@@ -16,7 +16,7 @@ from django.test import Client
 from planner_app.agents.plan_agent import run_plan_agent
 from planner_app.models import Agent
 from tests.planner_app.fake_llm import FakeLlm, Reply, call, calls, say
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.specs import ErrorKind, ToolFailure, ToolSpec
 from traces_app.models import FailureSpiral, Invocation
 
@@ -37,8 +37,8 @@ def lookup(key: str) -> None:
 @pytest.fixture(autouse=True)
 def failing_tool() -> Iterator[None]:
     """A tool that always fails by itself (tool_error), in the site's registry."""
-    runtime.refresh_tool_settings(force=True)
-    registry = runtime.get_engine().registry
+    site_engine.refresh_tool_settings(force=True)
+    registry = site_engine.get_engine().registry
     schema = {"type": "object", "properties": {"key": {"type": "string"}}}
     registry.register(ToolSpec("lookup", "Look a key up.", schema, lookup))
     yield

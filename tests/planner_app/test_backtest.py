@@ -13,9 +13,9 @@ from planner_app import backtest
 from planner_app.models import IntentRule, RuleSetVersion
 from planner_app.rulesets import current_ruleset
 from tests.conftest import make_span
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
+from traces_app.ingest.recording import record_invocations
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.django_db
 

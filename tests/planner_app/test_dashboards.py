@@ -15,12 +15,12 @@ from planner_app.models import Capability, CapabilityMapping
 from planner_app.pipeline.resolution import Candidate
 from planner_app.pipeline.scoring import Evidence, ToolScorer
 from tests.conftest import make_span
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from traces_app.charts import latency_bin_label
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import ApiKey, ToolRollup, recount_all_marked_rollups
 from traces_app.rollups import bin_bounds, merge, percentile_from_histogram
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.django_db
 

@@ -22,13 +22,13 @@ from planner_app.models import CapabilityMapping, RuleSetVersion
 from planner_app.rulesets import current_ruleset
 from planner_app.services import plan_request
 from tests.conftest import make_span
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.models import McpServer
 from tools_app.specs import ToolCall
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import Invocation, caller_fault_q
 from traces_app.ranges import parse_range
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +43,7 @@ def fresh_engine_and_rules(settings: Any, default_rules: None) -> Iterator[None]
     settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
     rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
     yield
-    runtime.shutdown()
+    site_engine.shutdown()
     rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
 
 
@@ -97,7 +97,7 @@ def test_without_the_demo_server_the_site_has_no_mcp_server_nor_mapping() -> Non
 
 def test_the_preference_flips_to_add_in_the_calculators_incident_and_back() -> None:
     demo("--invocations", "2000")  # what `make run` loads
-    registry, ruleset = runtime.get_engine().registry, current_ruleset()
+    registry, ruleset = site_engine.get_engine().registry, current_ruleset()
     time_range, _ = parse_range({"range": "24h"}, timezone.now())
     for capability in ("Summation", "Arithmetic"):
         found = capability_evidence(capability, ruleset, registry, time_range)
@@ -134,7 +134,7 @@ def test_the_preference_flips_to_add_in_the_calculators_incident_and_back() -> N
 
 def test_hash_tool_leads_its_competitor_all_day() -> None:
     demo("--invocations", "2000")
-    registry, ruleset = runtime.get_engine().registry, current_ruleset()
+    registry, ruleset = site_engine.get_engine().registry, current_ruleset()
     time_range, _ = parse_range({"range": "24h"}, timezone.now())
     found = capability_evidence("Hashing", ruleset, registry, time_range)
     assert {c.spec.name for c in found.candidates} == {"hash_tool", SHA256}
@@ -146,7 +146,7 @@ def test_hash_tool_leads_its_competitor_all_day() -> None:
 
 def test_the_demo_servers_sha256_really_runs() -> None:
     demo("--invocations", "200")
-    result = runtime.get_engine().execute(ToolCall(SHA256, {"text": "hello"}))
+    result = site_engine.get_engine().execute(ToolCall(SHA256, {"text": "hello"}))
     assert result.success, result.text
     assert result.data["structured"]["result"] == hashlib.sha256(b"hello").hexdigest()
 
@@ -171,7 +171,7 @@ def test_while_add_leads_the_planner_gives_it_the_sums_it_can_do_and_it_runs(
     demo("--invocations", "2000")
     calculator_incident_now()
     overview = {
-        c.name: c for c in capability_overview(current_ruleset(), runtime.get_engine().registry)
+        c.name: c for c in capability_overview(current_ruleset(), site_engine.get_engine().registry)
     }
     assert overview["Summation"].scores_now[0].tool == ADD  # the evidence page's leader
     plan = plan_request("what is 1250 plus 370")

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from tests.ares_site import conftest as browser_fixtures
-from tools_app import runtime
+from tools_app import site_engine
 
 pytestmark = pytest.mark.browser
 
@@ -31,7 +31,7 @@ def make_run_demo(
     settings.ARES_TOOL_SETTINGS_CHECK_S = 0
     call_command("ares_demo", "--invocations", "2000", stdout=io.StringIO(), stderr=io.StringIO())
     yield
-    runtime.shutdown()  # the live server's session with the demo server
+    site_engine.shutdown()  # the live server's session with the demo server
 
 
 def test_the_evidence_page_lists_two_candidates_and_the_leader_flips(

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from planner_app.discovery import RouterSettings
 from planner_app.discovery.registry import RegistryRouter, catalogue_from_specs, get_router
 from planner_app.discovery.router import DEFAULT_MIN_SCORE
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.models import ToolSetting
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
@@ -31,11 +31,11 @@ def mcp_spec(server: str, tool: str, description: str) -> ToolSpec:
 
 @pytest.fixture
 def registry() -> ToolRegistry:
-    return ToolRegistry(runtime.builtin_specs())
+    return ToolRegistry(site_engine.builtin_specs())
 
 
 def test_it_groups_enabled_built_ins_by_category_and_mcp_tools_by_server() -> None:
-    specs = [*runtime.builtin_specs(), mcp_spec("weather", "get_forecast", "Forecast a city.")]
+    specs = [*site_engine.builtin_specs(), mcp_spec("weather", "get_forecast", "Forecast a city.")]
     specs.append(dataclasses.replace(mcp_spec("weather", "get_alerts", "Alerts."), enabled=False))
     catalogue = catalogue_from_specs(specs)
     servers = {server.name: [tool.name for tool in server.tools] for server in catalogue}
@@ -47,12 +47,14 @@ def test_it_groups_enabled_built_ins_by_category_and_mcp_tools_by_server() -> No
 
 
 def test_it_matches_a_tools_capabilities_and_parameters() -> None:
-    [math] = [s for s in catalogue_from_specs(runtime.builtin_specs()) if s.name == "builtin:math"]
+    [math] = [
+        s for s in catalogue_from_specs(site_engine.builtin_specs()) if s.name == "builtin:math"
+    ]
     [calculator] = math.tools
     assert "NumberTheory" in calculator.keywords
     parameters = dict(calculator.parameters)
     assert list(parameters) == ["expression"]
-    [spec] = [spec for spec in runtime.builtin_specs() if spec.name == "calculator"]
+    [spec] = [spec for spec in site_engine.builtin_specs() if spec.name == "calculator"]
     assert parameters["expression"] == spec.parameters["properties"]["expression"]["description"]
 
 
@@ -100,10 +102,10 @@ def test_it_rebuilds_when_a_description_changes(registry: ToolRegistry) -> None:
 @pytest.mark.django_db
 def test_the_sites_router_follows_the_operators_tool_settings(settings: Any) -> None:
     settings.ARES_TOOL_SETTINGS_CHECK_S = 0  # look at the settings on every call
-    runtime.refresh_tool_settings(force=True)
+    site_engine.refresh_tool_settings(force=True)
     router = get_router()
     assert router is get_router()
-    assert router.registry is runtime.get_engine().registry
+    assert router.registry is site_engine.get_engine().registry
     assert router.search("hash a text with sha256").tool_names[0] == "hash_tool"
     setting = ToolSetting.objects.create(name="hash_tool", enabled=False)
     try:

@@ -19,7 +19,7 @@ from planner_app.services import recent_evidence
 from tests.conftest import make_span
 from tests.planner_app.fake_llm import FakeLlm, call, say
 from tools_app.engine import CallContext
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from tools_app.specs import ToolCall
 from traces_app.dashboards import activity, tool_totals
 from traces_app.models import (

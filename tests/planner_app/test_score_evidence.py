@@ -14,7 +14,7 @@ from planner_app.models import Capability, CapabilityMapping, ScoreRule
 from planner_app.pipeline.extraction import EXTRACTORS
 from planner_app.pipeline.ruleset import RuleSet
 from planner_app.pipeline.ruleset import ScoreRule as Rule
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 from traces_app.models import ScoreDefinition
 
 pytestmark = pytest.mark.django_db(transaction=True)  # rule changes are versions on commit

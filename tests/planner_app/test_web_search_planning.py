@@ -13,7 +13,7 @@ from planner_app.services import plan_request
 from tests.tools_app.local_http import LocalServer
 from tests.tools_app.test_web_search import search
 from tools_app.builtins.web_search import make_spec
-from tools_app.runtime import get_engine
+from tools_app.site_engine import get_engine
 
 SEARCHES = [
     ("search the web for the latest django release", "the latest django release"),

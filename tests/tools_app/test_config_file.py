@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from tools_app.config import import_config
+from tools_app.config_file import import_config
 from tools_app.models import McpServer, ToolSetting
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.models import McpServer
 from tools_app.specs import ErrorKind, SideEffect, ToolCall, ToolResult
 
@@ -44,11 +44,11 @@ def repo(tmp_path: Path) -> Path:
 
 
 def run(tool: str, arguments: dict[str, Any]) -> ToolResult:
-    return runtime.get_engine().execute(ToolCall(f"mcp.git.{tool}", arguments))
+    return site_engine.get_engine().execute(ToolCall(f"mcp.git.{tool}", arguments))
 
 
 def test_it_registers_the_git_servers_tools(repo: Path) -> None:
-    names = {spec.name for spec in runtime.get_engine().registry.list(enabled_only=False)}
+    names = {spec.name for spec in site_engine.get_engine().registry.list(enabled_only=False)}
     assert {"mcp.git.git_status", "mcp.git.git_log", "mcp.git.git_commit"} <= names
     assert McpServer.objects.get(name="git").last_error == ""
 
@@ -99,4 +99,4 @@ def test_it_rejects_arguments_that_break_the_servers_schema(repo: Path) -> None:
 def test_it_takes_side_effects_from_the_servers_annotations(
     repo: Path, tool: str, side_effect: SideEffect
 ) -> None:
-    assert runtime.get_engine().registry.get(f"mcp.git.{tool}").side_effect == side_effect
+    assert site_engine.get_engine().registry.get(f"mcp.git.{tool}").side_effect == side_effect

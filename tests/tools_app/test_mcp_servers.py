@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.engine import CallContext
 from tools_app.models import McpServer, ToolSetting
 from tools_app.specs import ErrorKind, SideEffect, ToolCall
@@ -31,7 +31,7 @@ def look_every_call(settings: Any) -> None:
 
 
 def tool_names() -> list[str]:
-    return [spec.name for spec in runtime.get_engine().registry.list(enabled_only=False)]
+    return [spec.name for spec in site_engine.get_engine().registry.list(enabled_only=False)]
 
 
 def test_it_registers_a_servers_tools_and_runs_them() -> None:
@@ -39,7 +39,7 @@ def test_it_registers_a_servers_tools_and_runs_them() -> None:
     assert {"mcp.time.get_current_time", "mcp.time.convert_time"} <= set(tool_names())
     context = CallContext(chosen_by="llm", agent="clock-bot")
     call = ToolCall("mcp__time__get_current_time", '{"timezone": "Asia/Shanghai"}', "call_1")
-    result = runtime.get_engine().execute(call, context)
+    result = site_engine.get_engine().execute(call, context)
     assert result.success, result.text
     assert result.data["structured"]["timezone"] == "Asia/Shanghai"
     assert result.text.startswith(
@@ -56,7 +56,7 @@ def test_it_registers_a_servers_tools_and_runs_them() -> None:
 
 def test_it_validates_mcp_arguments_against_the_servers_schema() -> None:
     McpServer.objects.create(name="time", **TIME_SERVER)
-    result = runtime.get_engine().execute(ToolCall("mcp.time.get_current_time", {"tz": "UTC"}))
+    result = site_engine.get_engine().execute(ToolCall("mcp.time.get_current_time", {"tz": "UTC"}))
     assert result.error.kind == ErrorKind.INVALID_ARGUMENTS
     assert "timezone: required but missing" in result.text
 
@@ -83,12 +83,12 @@ def test_it_applies_tool_settings_to_mcp_tools() -> None:
     ToolSetting.objects.create(name="mcp.time.convert_time", enabled=False)
     call = ToolCall("mcp.time.convert_time", {"source_timezone": "UTC", "time": "12:00",
                                               "target_timezone": "Europe/Paris"})  # fmt: skip
-    assert runtime.get_engine().execute(call).error.kind == ErrorKind.DISABLED
+    assert site_engine.get_engine().execute(call).error.kind == ErrorKind.DISABLED
 
 
 def test_it_marks_the_time_servers_tools_read_only() -> None:
     McpServer.objects.create(name="time", **TIME_SERVER)
-    spec = runtime.get_engine().registry.get("mcp.time.get_current_time")
+    spec = site_engine.get_engine().registry.get("mcp.time.get_current_time")
     assert (spec.side_effect, spec.capabilities, spec.ran_on) == (
         SideEffect.READ_ONLY, (), "mcp:time",
     )  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.builtins import calculator
 from tools_app.engine import CallContext
 from tools_app.models import ToolSetting
@@ -18,8 +18,8 @@ from traces_app.models import Invocation, Trace
 @pytest.fixture
 def engine(settings: Any) -> Any:
     settings.ARES_TOOL_SETTINGS_CHECK_S = 0  # look at the settings on every call
-    runtime.refresh_tool_settings(force=True)
-    return runtime.get_engine()
+    site_engine.refresh_tool_settings(force=True)
+    return site_engine.get_engine()
 
 
 def _stored(trace_id: str) -> list[Invocation]:
@@ -63,13 +63,13 @@ def test_it_records_a_failed_call_with_its_error_kind(engine: Any) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_it_applies_an_operators_settings_without_a_restart(engine: Any) -> None:
     setting = ToolSetting.objects.create(name="calculator", enabled=False, description="Do maths.")
-    result = runtime.get_engine().execute(ToolCall("calculator", {"expression": "2+2"}))
+    result = site_engine.get_engine().execute(ToolCall("calculator", {"expression": "2+2"}))
     assert result.error.kind == ErrorKind.DISABLED
-    assert runtime.get_engine().registry.get("calculator").description == "Do maths."
+    assert site_engine.get_engine().registry.get("calculator").description == "Do maths."
     setting.delete()
-    result = runtime.get_engine().execute(ToolCall("calculator", {"expression": "2+2"}))
+    result = site_engine.get_engine().execute(ToolCall("calculator", {"expression": "2+2"}))
     assert result.data["result"] == 4
-    description = runtime.get_engine().registry.get("calculator").description
+    description = site_engine.get_engine().registry.get("calculator").description
     assert description == calculator.DESCRIPTION
 
 

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_span
-from tools_app import runtime
+from tools_app import site_engine
 from tools_app.engine import CallContext, ToolEngine
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ErrorKind, SideEffect, ToolCall, ToolSpec
 from traces_app import spiral_detection
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import FailureSpiral, Invocation
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
 from traces_app.tasks import rescan_spirals_task
 
@@ -420,7 +420,7 @@ def slow_engine() -> ToolEngine:
         "slow_read", "Reads slowly", {"type": "object"}, slow_read,
         side_effect=SideEffect.READ_ONLY, timeout_s=0.05, max_retries=2,
     )  # fmt: skip
-    return ToolEngine(ToolRegistry([spec]), recorder=runtime.record_spans, backoff_base_s=0.01)
+    return ToolEngine(ToolRegistry([spec]), recorder=site_engine.record_spans, backoff_base_s=0.01)
 
 
 @pytest.mark.django_db(transaction=True)
