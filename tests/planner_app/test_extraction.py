@@ -24,12 +24,8 @@ from typing import Any
 
 import pytest
 
-from planner_app.pipeline.extraction import (
-    MAX_REQUEST_LENGTH,
-    Extraction,
-    chinese_numeral_value,
-    extract_arguments,
-)
+from planner_app.pipeline.extraction import MAX_REQUEST_LENGTH, Extraction, extract_arguments
+from planner_app.pipeline.extractors.request_numbers import chinese_numeral_value
 from tools_app.builtins import (
     calculator,
     datetime_tool,
