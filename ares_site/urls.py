@@ -1,10 +1,18 @@
+"""Every page route of the site, in this one file: the view behind any URL is named here.
+
+The REST API's operations are mounted by ares_site/api.py (one router per app) under /api/v1/.
+"""
+
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import path
 
 from ares_site import views
 from ares_site.api import api
+from planner_app import tool_pages
 from planner_app import views as planner_views
-from traces_app import otlp_views, score_views
+from traces_app import views as traces_views
+from traces_app.ingest import otlp_endpoint
+from traces_app.scores import score_views
 
 admin.site.site_header = "ARES Console"
 admin.site.site_title = "ARES Console"
@@ -17,14 +25,24 @@ urlpatterns = [
     path("logout/", views.log_out, name="console-logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
-    path("v1/traces", otlp_views.export_traces, name="otlp-traces"),  # the OTLP/HTTP standard path
-    path("v1/metrics", otlp_views.export_metrics, name="otlp-metrics"),  # accepted and dropped
-    path("v1/logs", otlp_views.export_logs, name="otlp-logs"),  # accepted and dropped
-    path("planner/", include("planner_app.urls")),
+    # The OTLP/HTTP standard paths: traces are stored, metrics and logs accepted and dropped.
+    path("v1/traces", otlp_endpoint.export_traces, name="otlp-traces"),
+    path("v1/metrics", otlp_endpoint.export_metrics, name="otlp-metrics"),
+    path("v1/logs", otlp_endpoint.export_logs, name="otlp-logs"),
+    path("planner/try", planner_views.try_planner, name="planner-try"),
+    path("planner/backtest", planner_views.backtest_rules, name="planner-backtest"),
     path("sandbox/", planner_views.sandbox_page, name="sandbox"),
     path("sandbox/run", planner_views.sandbox_run, name="sandbox-run"),
     path("sandbox/stop", planner_views.sandbox_stop, name="sandbox-stop"),
     path("scores/new", score_views.add_score, name="score-add"),
-    path("", include("traces_app.urls")),
-    path("", include("planner_app.dashboard_urls")),
+    path("traces/", traces_views.traces, name="traces"),
+    path("traces/<str:trace_id>/", traces_views.trace_detail, name="trace-detail"),
+    path("spirals/", traces_views.spirals, name="spirals"),
+    path("spirals/<int:pk>/", traces_views.spiral_detail, name="spiral-detail"),
+    # <path:...>: tool names hold dots (mcp.time.get_current_time), and outside agents may
+    # report names with slashes, which <str:...> could not reverse.
+    path("tools/", tool_pages.tools, name="tools"),
+    path("tools/<path:name>/", tool_pages.tool_detail, name="tool-detail"),
+    path("evidence/", tool_pages.evidence, name="evidence"),
+    path("evidence/<path:capability>/", tool_pages.evidence_capability, name="evidence-capability"),
 ]

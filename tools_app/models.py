@@ -11,7 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 from tools_app.builtins import builtin_specs
-from traces_app.redaction import is_secret_key
+from traces_app.ingest.redaction import is_secret_key
 
 if TYPE_CHECKING:
     from tools_app.mcp import McpServerConfig

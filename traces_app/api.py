@@ -14,9 +14,11 @@ from django.utils import timezone
 from ninja import Field, FilterLookup, FilterSchema, Query, Router, Schema
 from ninja.errors import HttpError
 
-from traces_app.http.errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.http.auth import ApiKeyAuth, key_or_staff
 from traces_app.http.bodies import batch_items, batch_request_body, batch_response, read_json_body
+from traces_app.http.errors import WITH_BODY, InvalidRequestOut, responses
+from traces_app.http.paging import NEWEST_FIRST, BadCursor, SortKey, keyset_page
+from traces_app.ingest.recording import Refused, record_invocations
 from traces_app.models import (
     Invocation,
     OtlpProducer,
@@ -26,7 +28,6 @@ from traces_app.models import (
     tool_stats,
     traces_holding,
 )
-from traces_app.http.paging import NEWEST_FIRST, BadCursor, SortKey, keyset_page
 from traces_app.schemas import (
     BatchOut,
     CountOut,
@@ -44,8 +45,7 @@ from traces_app.schemas import (
     is_trace_id,
     validated,
 )
-from traces_app.scores import SCORE_FILTER_PATTERN, scores_matching
-from traces_app.ingest.recording import Refused, record_invocations
+from traces_app.scores.judgements import SCORE_FILTER_PATTERN, scores_matching
 
 router = Router(tags=["traces"])
 
@@ -321,7 +321,7 @@ class SortQuery(Schema):
 def paginate_by_start(
     queryset: QuerySet, page: PageQuery, key: SortKey = NEWEST_FIRST
 ) -> tuple[list[Any], str | None]:
-    """Return one page, newest first, and the cursor of the next page (see traces_app.http.paging)."""
+    """Return one page, newest first, and the cursor of the next page (traces_app.http.paging)."""
     try:
         found = keyset_page(queryset, page.limit, after=page.cursor, key=key)
     except BadCursor:

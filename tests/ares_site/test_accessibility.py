@@ -15,10 +15,10 @@ import pytest
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app import conftest as planner_fixtures
-from traces_app.demo import demo_trace_stream
+from traces_app.demo_spans import demo_trace_stream
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import FailureSpiral, Invocation, recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.browser
 

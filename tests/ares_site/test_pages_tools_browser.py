@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from planner_app import rulesets
+from planner_app import ruleset_versions
 from planner_app.models import Capability, CapabilityMapping
 from tests.ares_site.browser import assert_stayed_local
 from tests.conftest import make_span
+from traces_app.ingest.recording import record_invocations
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("rollups_and_rules_afresh")]
 
@@ -63,7 +63,7 @@ def test_it_shows_a_capabilitys_candidates_and_where_the_leader_changed(
     checksum = Capability.objects.create(name="Checksum", description="Digest some bytes")
     for tool in ("hash_tool", "json_tools"):
         CapabilityMapping.objects.create(capability=checksum, tool=tool)
-    rulesets.record_version("two candidates for Checksum")
+    ruleset_versions.record_version("two candidates for Checksum")
     record("hash_tool", 3, hours_ago=4)
     record("json_tools", 3, hours_ago=4, status="error", error_kind="tool_error")
     record("hash_tool", 3, hours_ago=3, status="error", error_kind="timeout")

@@ -13,9 +13,9 @@ import pytest
 
 from tests.ares_site.browser import assert_stayed_local
 from tests.conftest import make_span
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import FailureSpiral
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.browser
 

@@ -10,9 +10,9 @@ import pytest
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.ares_site import conftest as browser_fixtures
 from tests.conftest import make_span
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import Invocation
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.browser
 

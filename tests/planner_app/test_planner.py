@@ -12,9 +12,9 @@ from planner_app import bridge, services
 from planner_app.models import Capability, CapabilityMapping
 from tools_app.builtins.calculator import evaluate
 from tools_app.engine import CallContext
+from traces_app.ingest.recording import new_span_id, new_trace_id, record_invocations
 from traces_app.models import Invocation
 from traces_app.schemas import InvocationIn
-from traces_app.services import new_span_id, new_trace_id, record_invocations
 
 
 @pytest.fixture(autouse=True)

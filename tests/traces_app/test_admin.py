@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_span
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import FailureSpiral, Invocation
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_span
-from traces_app.dashboards import (
+from traces_app.ingest.recording import record_invocations
+from traces_app.models import ToolRollup
+from traces_app.rollups.range_totals import (
     activity,
     rate_change,
     relative_change,
@@ -16,10 +18,8 @@ from traces_app.dashboards import (
     tool_series,
     tool_totals,
 )
-from traces_app.models import ToolRollup
-from traces_app.ranges import parse_range
+from traces_app.rollups.ranges import parse_range
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 NOW = datetime.now(UTC)
 HOUR_AGO = NOW - timedelta(hours=1)

@@ -13,6 +13,7 @@ from django.db.models import F
 from django.test import Client
 
 from tests.conftest import make_span
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import (
     FailureSpiral,
     SpanRollup,
@@ -21,7 +22,6 @@ from traces_app.models import (
     recount_marked_rollups,
 )
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 from traces_app.templatetags.console import thousands, usd
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)

@@ -14,9 +14,9 @@ from django.test import Client
 
 from tests.conftest import make_span
 from traces_app import models, views
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import ApiKey, FailureSpiral, Invocation, Trace
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 # Two hours back: outside the "1h" range however that range is rounded to whole hours.
 # Two hours back: outside the "1h" range however that range is rounded to whole hours.

@@ -1,4 +1,4 @@
-"""traces_app/redaction.py: secrets redacted, sizes bounded with a marker, text made storable."""
+"""ingest/redaction.py: secrets redacted, sizes bounded with a marker, text made storable."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from traces_app.models import Invocation, Trace
-from traces_app.redaction import (
+from traces_app.ingest.redaction import (
     REDACTED,
     bound_json,
     bound_text,
@@ -18,6 +17,7 @@ from traces_app.redaction import (
     safe_payload,
     storable_text,
 )
+from traces_app.models import Invocation, Trace
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
 OPENAI_KEY = "sk-proj-" + "a1B2c3D4" * 4

@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.conftest import make_span
 from tests.traces_app.test_otlp_bad_input import export_request, tool_span
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import (
     FailureSpiral,
     Invocation,
@@ -30,7 +31,6 @@ from traces_app.models import (
     recount_all_marked_rollups,
 )
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

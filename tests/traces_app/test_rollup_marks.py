@@ -13,7 +13,8 @@ import pytest
 from django.core.management import call_command
 
 from tests.conftest import make_span
-from traces_app import services
+from traces_app.ingest import recording
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import (
     Invocation,
     RollupMark,
@@ -23,7 +24,6 @@ from traces_app.models import (
     recount_marked_rollups,
 )
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 NOW = datetime.now(UTC)
 THIS_HOUR = NOW.replace(minute=0, second=0, microsecond=0)
@@ -34,7 +34,7 @@ EARLIER_HOUR = THIS_HOUR - timedelta(hours=2)
 def no_recount_after_ingest(settings: Any) -> None:
     """Make ingest leave its marks alone, as a process killed right after its commit does."""
     settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 3600
-    services._recount_throttle.asked_at = time.monotonic()
+    recording._recount_throttle.asked_at = time.monotonic()
 
 
 def _record(*spans: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ import pytest
 from django.db import models
 
 from tests.conftest import make_span
+from traces_app.ingest.recording import _RecountThrottle, record_invocations
 from traces_app.models import (
     Invocation,
     RollupMark,
@@ -20,7 +21,7 @@ from traces_app.models import (
     purge_past_retention,
     recount_all_marked_rollups,
 )
-from traces_app.rollups import (
+from traces_app.rollups.histogram import (
     BIN_COUNT,
     LATENCY_EDGES_MS,
     bin_bounds,
@@ -31,7 +32,6 @@ from traces_app.rollups import (
     percentile_from_histogram,
 )
 from traces_app.schemas import InvocationIn
-from traces_app.services import _RecountThrottle, record_invocations
 from traces_app.tasks import purge_past_retention_task, recount_rollups_task
 
 
@@ -213,9 +213,9 @@ def test_the_periodic_task_recounts_every_marked_bucket(settings: Any) -> None:
 
 
 def _recount_asked_just_now() -> None:
-    from traces_app import services
+    from traces_app.ingest import recording
 
-    services._recount_throttle.asked_at = time.monotonic()
+    recording._recount_throttle.asked_at = time.monotonic()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -8,9 +8,9 @@ import pytest
 from django.apps import apps
 
 from tests.conftest import make_span
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import Invocation, ToolRollup, Trace, recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

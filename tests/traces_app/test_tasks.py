@@ -12,9 +12,9 @@ from django.test import Client
 
 from ares_site.celery import app as celery_app
 from tests.conftest import make_span
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import Trace
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 from traces_app.tasks import recompute_trace_totals_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import DatabaseError, DataError, IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
+from traces_app.ingest.redaction import bound_text, redact_text, safe_payload
 from traces_app.models import (
     Invocation,
     SpanKind,
@@ -23,9 +24,8 @@ from traces_app.models import (
     mark_rollups_dirty,
     oldest_storable,
 )
-from traces_app.redaction import bound_text, redact_text, safe_payload
 from traces_app.schemas import InvocationFromDict, InvocationIn
-from traces_app.spiral_detection import detect_spirals, spiral_candidates
+from traces_app.spirals.scanning import detect_spirals, spiral_candidates
 from traces_app.tasks import recount_rollups_task
 
 logger = logging.getLogger(__name__)

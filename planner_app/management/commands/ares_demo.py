@@ -1,7 +1,7 @@
 """Fill the database with realistic demo traces, a million spans in minutes.
 
 It lives in planner_app, the highest app it needs: besides the traces (traces_app), it
-registers the demo's competing tools (planner_app.demo: an MCP server of tools_app and the
+registers the demo's competing tools (planner_app.demo_tools: an MCP server of tools_app and the
 planner's capability mappings), so that the evidence pages have candidates to compare.
 """
 
@@ -14,13 +14,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.utils import timezone
 
-from planner_app.demo import DEMO_SERVER, list_server_tools, register_demo_tools
+from planner_app.demo_tools import DEMO_SERVER, list_server_tools, register_demo_tools
 from tools_app.specs import ToolFailure
-from traces_app.demo import demo_trace_stream
+from traces_app.demo_spans import demo_trace_stream
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import recount_all_marked_rollups
 from traces_app.schemas import InvocationFromDict
-from traces_app.services import record_invocations
-from traces_app.spiral_detection import rescan_spirals
+from traces_app.spirals.scanning import rescan_spirals
 
 
 class Command(BaseCommand):
