@@ -19,10 +19,10 @@ from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
-from traces_app.http.errors import document_errors, refuse_unknown_query
 from traces_app.http.bodies import JsonBodyParser, read_json_body
+from traces_app.http.errors import document_errors, refuse_unknown_query
 from traces_app.schemas import MAX_LISTED_ERRORS, FieldError, listed
-from traces_app.scores_api import router as scores_router
+from traces_app.scores.score_api import router as scores_router
 
 logger = logging.getLogger(__name__)
 

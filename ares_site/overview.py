@@ -9,7 +9,9 @@ from datetime import datetime
 import plotly.graph_objects as go
 
 from traces_app.charts import Chart, make_chart
-from traces_app.dashboards import (
+from traces_app.models import ChosenBy, FailureSpiral, SpiralResolution
+from traces_app.rollups.histogram import merge, percentile_from_histogram
+from traces_app.rollups.range_totals import (
     ActivitySummary,
     Change,
     SpanTotals,
@@ -19,9 +21,7 @@ from traces_app.dashboards import (
     relative_change,
     tool_totals,
 )
-from traces_app.models import ChosenBy, FailureSpiral, SpiralResolution
-from traces_app.ranges import TimeRange
-from traces_app.rollups import merge, percentile_from_histogram
+from traces_app.rollups.ranges import TimeRange
 
 TOP_FAILING_TOOLS = 10
 ACTIVE_SPIRALS_SHOWN = 20

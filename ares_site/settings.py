@@ -233,7 +233,7 @@ if ARES_SEARXNG_URL and not ARES_SEARXNG_URL.startswith(("http://", "https://"))
     raise ImproperlyConfigured(f"ARES_SEARXNG_URL={ARES_SEARXNG_URL!r} must be an http(s) URL")
 ARES_TOOL_SETTINGS_CHECK_S = float(env_int("ARES_TOOL_SETTINGS_CHECK_MS", 2000, minimum=0)) / 1000
 
-# Failure spirals (traces_app.spirals): how many repeats make one; tools allowed to repeat.
+# Failure spirals (traces_app.spirals.detection): repeats that make one; tools allowed to repeat.
 ARES_SPIRAL_MIN_REPEATS = env_int("ARES_SPIRAL_MIN_REPEATS", 3, minimum=2)
 ARES_SPIRAL_ALLOW_TOOLS = env_list("ARES_SPIRAL_ALLOW_TOOLS", [])
 
@@ -271,7 +271,7 @@ ARES_ROUTER_SERVER_SCORING = env_choice("ARES_ROUTER_SERVER_SCORING", "joint", (
 ARES_ROUTER_CACHE_SIZE = env_int("ARES_ROUTER_CACHE_SIZE", 256, minimum=0)
 # Flat search over every tool, or two-stage (servers, then their tools); routing each step
 # of a multi-step request on its own; the semantic signal fused with TF-IDF (auto: wordllama
-# when installed). planner_app.discovery.registry checks them again when they change.
+# when installed). planner_app.discovery.site_router checks them again when they change.
 ARES_ROUTER_SEARCH = env_choice("ARES_ROUTER_SEARCH", "flat", ("flat", "two_stage"))
 ARES_ROUTER_PER_STEP = env_choice("ARES_ROUTER_PER_STEP", "false", ("true", "false"))
 ARES_ROUTER_SEMANTIC = env_choice("ARES_ROUTER_SEMANTIC", "auto", ("auto", "wordllama", "off"))

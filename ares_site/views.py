@@ -14,8 +14,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from ares_site.overview import FAILING_ORDERS, active_spirals, overview_of
-from traces_app.dashboards import fresh_range_context
 from traces_app.models import Trace
+from traces_app.rollups.range_totals import fresh_range_context
 
 RECENT_TRACES_SHOWN = 20
 

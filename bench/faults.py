@@ -60,7 +60,7 @@ from ingest import (
     wait_until_ready,
 )
 
-from traces_app.demo import demo_spans
+from traces_app.demo_spans import demo_spans
 
 BATCH_SIZE = 200
 RETRYABLE = {429, 500, 502, 503, 504}

@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from figures import postgres_database  # noqa: E402  (bench/ is the script's own folder)
 
-from traces_app.demo import demo_spans  # noqa: E402  (needs ROOT on sys.path)
+from traces_app.demo_spans import demo_spans  # noqa: E402  (needs ROOT on sys.path)
 
 BIN = Path(sys.executable).parent
 BATCH_SIZE = 1000

@@ -5,7 +5,7 @@ pages have one candidate per capability and nothing to compare. `manage.py ares_
 registers tools_app/mcp_demo_server.py (a stdio server this Python runs, so it works on
 any machine the site runs on) as MCP server "demo", and maps its `add` tool to Summation
 and Arithmetic, where it competes with the calculator, and its `sha256` tool to Hashing,
-where it competes with hash_tool; the demo traces (traces_app.demo) give the calculator
+where it competes with hash_tool; the demo traces (traces_app.demo_spans) give the calculator
 and add the records that make the planner's preference flip, while hash_tool holds the
 lead. A site without the demo has neither the server nor the mappings: this is a command
 option, not a migration. An operator removes both in the admin like any other rows.

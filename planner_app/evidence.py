@@ -20,9 +20,9 @@ from planner_app.pipeline.scoring import Evidence, Score, ToolScorer
 from planner_app.services import recent_evidence
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
-from traces_app.dashboards import ToolTotals, tool_series, tool_totals
 from traces_app.models import ToolRollup
-from traces_app.ranges import TimeRange
+from traces_app.rollups.range_totals import ToolTotals, tool_series, tool_totals
+from traces_app.rollups.ranges import TimeRange
 
 _scorer = ToolScorer()
 _resolver = ToolResolver()

@@ -8,9 +8,9 @@ import plotly.graph_objects as go
 
 from planner_app.evidence import BucketScore, CapabilityEvidence
 from traces_app.charts import Chart, latency_bin_label, make_chart
-from traces_app.dashboards import ToolTotals
-from traces_app.ranges import TimeRange
-from traces_app.rollups import bin_bounds
+from traces_app.rollups.histogram import bin_bounds
+from traces_app.rollups.range_totals import ToolTotals
+from traces_app.rollups.ranges import TimeRange
 
 
 def _when(moment: datetime) -> str:

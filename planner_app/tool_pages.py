@@ -1,6 +1,6 @@
 """The observatory's planner pages: the tools table, a tool's detail, and evidence scores.
 
-They read hourly rollups for anything over a time range (traces_app.dashboards), and
+They read hourly rollups for anything over a time range (traces_app.rollups.range_totals), and
 score tools with the planner's own scorer (planner_app.evidence).
 """
 
@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from planner_app import dashboard_charts as charts
+from planner_app import tool_charts as charts
 from planner_app.evidence import (
     ToolRow,
     capabilities_of,
@@ -28,17 +28,17 @@ from planner_app.evidence import (
     own_score_series,
     tool_rows,
 )
-from planner_app.rulesets import current_ruleset
+from planner_app.ruleset_versions import current_ruleset
 from tools_app.site_engine import get_engine
-from traces_app.dashboards import (
+from traces_app.models import Invocation, ToolRollup
+from traces_app.rollups.range_totals import (
     ToolTotals,
     fresh_range_context,
     tool_changes,
     tool_series,
     tool_totals,
 )
-from traces_app.models import Invocation, ToolRollup
-from traces_app.ranges import TimeRange
+from traces_app.rollups.ranges import TimeRange
 
 RECENT_FAILURES = 20
 

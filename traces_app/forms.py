@@ -10,10 +10,10 @@ from django.db.models import QuerySet
 from ninja.errors import HttpError
 
 from traces_app.api import TRACE_SORTS, TraceFilter, sorted_traces
-from traces_app.models import ChosenBy, SpiralKind, SpiralResolution, TraceStatus
 from traces_app.http.paging import SortKey
-from traces_app.ranges import TimeRange
-from traces_app.scores import SCORE_FILTER_PATTERN
+from traces_app.models import ChosenBy, SpiralKind, SpiralResolution, TraceStatus
+from traces_app.rollups.ranges import TimeRange
+from traces_app.scores.judgements import SCORE_FILTER_PATTERN
 
 ANY = [("", "any")]
 

@@ -20,7 +20,11 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transac
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from traces_app.rollups import LATENCY_EDGES_MS, empty_histogram, percentile_from_histogram
+from traces_app.rollups.histogram import (
+    LATENCY_EDGES_MS,
+    empty_histogram,
+    percentile_from_histogram,
+)
 
 
 class SpanKind(models.TextChoices):
@@ -365,7 +369,7 @@ SPIRAL_VIEW_FIELDS = (
 
 
 class FailureSpiral(models.Model):
-    """A run of calls in one trace to one tool that got nowhere (see traces_app.spirals)."""
+    """A run of calls in one trace to one tool that got nowhere (traces_app.spirals.detection)."""
 
     # The unique (trace, tool_name, first_span_id) index serves look-ups by trace.
     trace = models.ForeignKey(

@@ -19,8 +19,8 @@ from traces_app.models import (
     purge_past_retention,
     recount_all_marked_rollups,
 )
-from traces_app.scores import settle_pending_scores
-from traces_app.spiral_detection import rescan_spirals
+from traces_app.scores.judgements import settle_pending_scores
+from traces_app.spirals.scanning import rescan_spirals
 
 logger = get_task_logger(__name__)
 

@@ -580,7 +580,7 @@ def _both_objects(old: Any, new: Any) -> bool:
 def spiral_ending(spiral: FailureSpiral, attempts: Sequence[Invocation]) -> Invocation | None:
     """Return the call that ended the spiral (the planner's fallback or a success), if any.
 
-    The same rule as traces_app.spirals.resolution: the first later call the planner
+    The same rule as traces_app.spirals.detection.resolution: the first later call the planner
     chose, or the first later success of the same tool.
     """
     resolved = (

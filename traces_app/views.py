@@ -12,11 +12,11 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from traces_app import timeline
-from traces_app.dashboards import fresh_range_context
 from traces_app.forms import SpiralFilterForm, TraceFilterForm, error_messages
-from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace, TraceStatus
 from traces_app.http.paging import NEWEST_FIRST, BadCursor, KeysetPage, SortKey, keyset_page
-from traces_app.ranges import TimeRange
+from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace, TraceStatus
+from traces_app.rollups.range_totals import fresh_range_context
+from traces_app.rollups.ranges import TimeRange
 
 PAGE_SIZE = 50
 

@@ -78,14 +78,14 @@ from planner_app.discovery.requests import (
 from tools_app.engine import CallContext, ToolEngine
 from tools_app.formatting import estimate_tokens, format_error
 from tools_app.specs import ErrorKind, ToolCall, ToolError, ToolResult, ToolSpec
-from traces_app.spirals import (
+from traces_app.spirals.detection import (
     ENDED_BY_SUCCESS,
     FAILING,
     CallView,
     SpiralRule,
     arguments_fingerprint,
 )
-from traces_app.spirals import find_spirals as find_trace_spirals
+from traces_app.spirals.detection import find_spirals as find_trace_spirals
 
 logger = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class Discovered(Protocol):
 
 @dataclass(frozen=True)
 class LoopServices:
-    """What the loop uses from the site; the Django adapter (planner_app.agents.run) fills it."""
+    """What the loop uses from the site; the Django adapter (agents/site_agents.py) fills it."""
 
     engine: ToolEngine
     fallback: Callable[..., Any]  # planner_app.bridge.execute

@@ -21,13 +21,13 @@ from planner_app.models import Agent
 from tools_app.site_engine import get_engine
 from traces_app.ingest.recording import record_invocations
 from traces_app.schemas import InvocationFromDict
-from traces_app.spiral_detection import (
+from traces_app.spirals.detection import CallView
+from traces_app.spirals.scanning import (
     detect_spirals,
     newest_tool_calls,
     spiral_rule,
     with_llm_turns,
 )
-from traces_app.spirals import CallView
 
 if TYPE_CHECKING:
     from planner_app.discovery.router import Routing
@@ -147,7 +147,7 @@ def trace_calls(trace_id: str) -> list[CallView]:
 def discover_tools(tool: str, server: str) -> Routing:
     """Return the tools the router finds for one tool request, best first, with its scores."""
     # Imported here: the router loads scikit-learn (~90 MB), only active-mode agents need it.
-    from planner_app.discovery.registry import get_router
+    from planner_app.discovery.site_router import get_router
 
     return get_router().search(tool, server)
 

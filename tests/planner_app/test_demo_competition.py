@@ -16,10 +16,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from planner_app import rulesets
+from planner_app import ruleset_versions
 from planner_app.evidence import capability_evidence, capability_overview
 from planner_app.models import CapabilityMapping, RuleSetVersion
-from planner_app.rulesets import current_ruleset
+from planner_app.ruleset_versions import current_ruleset
 from planner_app.services import plan_request
 from tests.conftest import make_span
 from tools_app import site_engine
@@ -27,7 +27,7 @@ from tools_app.models import McpServer
 from tools_app.specs import ToolCall
 from traces_app.ingest.recording import record_invocations
 from traces_app.models import Invocation, caller_fault_q
-from traces_app.ranges import parse_range
+from traces_app.rollups.ranges import parse_range
 from traces_app.schemas import InvocationIn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,10 +41,10 @@ def fresh_engine_and_rules(settings: Any, default_rules: None) -> Iterator[None]
     """See every new row and call at once; stop the demo server's session afterwards."""
     settings.ARES_TOOL_SETTINGS_CHECK_S = 0
     settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    ruleset_versions._cache.update(ruleset=None, stamp=None, checked_at=0.0)
     yield
     site_engine.shutdown()
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    ruleset_versions._cache.update(ruleset=None, stamp=None, checked_at=0.0)
 
 
 def demo(*args: str) -> str:

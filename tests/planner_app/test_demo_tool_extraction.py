@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner_app.pipeline.extraction import DEMO_ADD_TOOL, DEMO_SHA256_TOOL, extract_arguments
-from traces_app.demo import REQUESTS_BY_TOOL
+from traces_app.demo_spans import REQUESTS_BY_TOOL
 
 
 @pytest.mark.parametrize(

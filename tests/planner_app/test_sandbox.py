@@ -20,7 +20,6 @@ from planner_app.services import recent_evidence
 from tests.planner_app.conftest import Gate
 from tests.planner_app.fake_llm import FakeLlm, call, fail, held, say
 from tools_app.models import McpServer
-from traces_app.dashboards import tool_totals
 from traces_app.models import (
     Invocation,
     SpanRollup,
@@ -28,7 +27,8 @@ from traces_app.models import (
     Trace,
     recount_all_marked_rollups,
 )
-from traces_app.ranges import parse_range
+from traces_app.rollups.range_totals import tool_totals
+from traces_app.rollups.ranges import parse_range
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("llm_settings")]
 

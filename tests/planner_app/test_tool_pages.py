@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from planner_app import rulesets
+from planner_app import ruleset_versions
 from planner_app.models import Capability, CapabilityMapping
 from planner_app.pipeline.resolution import Candidate
 from planner_app.pipeline.scoring import Evidence, ToolScorer
@@ -19,7 +19,7 @@ from tools_app.site_engine import get_engine
 from traces_app.charts import latency_bin_label
 from traces_app.ingest.recording import record_invocations
 from traces_app.models import ApiKey, ToolRollup, recount_all_marked_rollups
-from traces_app.rollups import bin_bounds, merge, percentile_from_histogram
+from traces_app.rollups.histogram import bin_bounds, merge, percentile_from_histogram
 from traces_app.schemas import InvocationIn
 
 pytestmark = pytest.mark.django_db
@@ -148,7 +148,7 @@ def test_it_gives_each_tool_the_planners_score_on_its_recent_calls(admin_client:
     spec = get_engine().registry.get("calculator")
     recent = Evidence(4, 0.5, 105.0)
     expected = ToolScorer().score(
-        Candidate(spec, "", "tool", 0.0), rulesets.current_ruleset(), lambda *_: recent
+        Candidate(spec, "", "tool", 0.0), ruleset_versions.current_ruleset(), lambda *_: recent
     )
     assert row.score.final == expected.final
 
@@ -237,7 +237,7 @@ def test_it_scores_each_bucket_as_the_planner_scores_that_buckets_calls(
     )  # fmt: skip
     response = admin_client.get("/tools/calculator/?range=24h")
     rows = {row[0]: row for row in response.context["score_chart"].rows}
-    spec, ruleset = get_engine().registry.get("calculator"), rulesets.current_ruleset()
+    spec, ruleset = get_engine().registry.get("calculator"), ruleset_versions.current_ruleset()
     by_hand = ToolScorer().score(
         Candidate(spec, "", "tool", 0.0), ruleset, lambda tool, window: Evidence(4, 0.75, 150.0)
     )
@@ -256,7 +256,7 @@ def test_it_starts_a_quiet_range_from_the_tools_calls_before_it(admin_client: Cl
     record(*calls("calculator", 2, started_at=hours_ago(30).isoformat(), status="error"))
     response = admin_client.get("/tools/calculator/?range=24h")
     first = response.context["score_chart"].rows[0]
-    spec, ruleset = get_engine().registry.get("calculator"), rulesets.current_ruleset()
+    spec, ruleset = get_engine().registry.get("calculator"), ruleset_versions.current_ruleset()
     failing = ToolScorer().score(
         Candidate(spec, "", "tool", 0.0), ruleset, lambda *_: Evidence(2, 0.0, 3.5)
     )
@@ -349,7 +349,7 @@ def test_it_answers_404_for_an_unknown_capability(admin_client: Client) -> None:
 
 def test_it_says_when_no_tool_serves_a_capability(admin_client: Client) -> None:
     Capability.objects.create(name="Teleportation")
-    rulesets.record_version("a capability with no tools")
+    ruleset_versions.record_version("a capability with no tools")
     response = admin_client.get("/evidence/Teleportation/")
     assert response.status_code == 200
     assert "No registered, enabled tool offers this capability" in response.content.decode()
@@ -360,7 +360,7 @@ def test_it_marks_the_bucket_where_the_preferred_tool_changes(admin_client: Clie
     checksum = Capability.objects.create(name="Checksum")
     for tool in ("hash_tool", "json_tools"):
         CapabilityMapping.objects.create(capability=checksum, tool=tool)
-    rulesets.record_version("two candidates")
+    ruleset_versions.record_version("two candidates")
     record(
         *calls("hash_tool", 4, started_at=hours_ago(4).isoformat()),
         *calls("json_tools", 4, started_at=hours_ago(4).isoformat(), status="error"),

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
-from traces_app.demo import INCIDENT, demo_spans, demo_trace_stream, demo_traces
+from traces_app.demo_spans import INCIDENT, demo_spans, demo_trace_stream, demo_traces
 from traces_app.models import FailureSpiral, Invocation, SpanRollup, ToolRollup, Trace
 
 SPANS = 4000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from traces_app.demo import CALCULATOR_INCIDENT, demo_traces
+from traces_app.demo_spans import CALCULATOR_INCIDENT, demo_traces
 from traces_app.models import CALLER_FAULTS
 
 TRACES = 10_000

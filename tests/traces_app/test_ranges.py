@@ -7,7 +7,7 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from traces_app.ranges import DAY, HOUR, parse_range
+from traces_app.rollups.ranges import DAY, HOUR, parse_range
 
 NOW = datetime(2026, 11, 29, 15, 40, tzinfo=UTC)
 

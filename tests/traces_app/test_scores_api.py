@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from traces_app.models import Score, ScoreDefinition
-from traces_app.scores import settle_pending_scores
+from traces_app.scores.judgements import settle_pending_scores
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -209,7 +209,7 @@ def test_a_definition_says_what_is_wrong_with_it(fields, problem):
 
 
 def test_a_client_id_stored_meanwhile_by_another_request_is_a_duplicate(definitions, monkeypatch):
-    from traces_app import scores as scores_module
+    from traces_app.scores import judgements as scores_module
 
     trace_id = secrets.token_hex(16)
     Score.objects.create(name="feedback", data_type="boolean", value=1.0, label="true",

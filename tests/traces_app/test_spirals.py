@@ -14,11 +14,11 @@ from tools_app import site_engine
 from tools_app.engine import CallContext, ToolEngine
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ErrorKind, SideEffect, ToolCall, ToolSpec
-from traces_app import spiral_detection
 from traces_app.ingest.recording import record_invocations
 from traces_app.models import FailureSpiral, Invocation
 from traces_app.schemas import InvocationIn
-from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
+from traces_app.spirals import scanning as spiral_detection
+from traces_app.spirals.detection import CallView, SpiralRule, arguments_fingerprint, find_spirals
 from traces_app.tasks import rescan_spirals_task
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)

@@ -13,8 +13,13 @@ from datetime import datetime, timedelta
 from django.conf import settings
 
 from traces_app.models import CALLER_FAULTS, SpanRollup, ToolRollup, recount_marked_rollups
-from traces_app.ranges import TimeRange, range_context
-from traces_app.rollups import empty_histogram, merge, merge_counts, percentile_from_histogram
+from traces_app.rollups.histogram import (
+    empty_histogram,
+    merge,
+    merge_counts,
+    percentile_from_histogram,
+)
+from traces_app.rollups.ranges import TimeRange, range_context
 
 
 def fresh_range_context(params: Mapping[str, str], now: datetime) -> dict[str, object]:

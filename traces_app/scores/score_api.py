@@ -11,11 +11,11 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, field_validator
 
-from traces_app.http.errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.http.auth import key_or_staff
 from traces_app.http.bodies import batch_items, batch_request_body, batch_response, read_json_body
-from traces_app.models import SCORE_NAME_PATTERN, ApiKey, Score
+from traces_app.http.errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.ingest.redaction import storable_text
+from traces_app.models import SCORE_NAME_PATTERN, ApiKey, Score
 from traces_app.schemas import (
     NAME_PATTERN,
     SPAN_ID_PATTERN,
@@ -25,7 +25,7 @@ from traces_app.schemas import (
     InvalidItem,
     validated,
 )
-from traces_app.scores import ScoreItem, check_values, score_value, store_scores
+from traces_app.scores.judgements import ScoreItem, check_values, score_value, store_scores
 
 router = Router(tags=["scores"])
 

@@ -10,8 +10,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from traces_app.models import ScoreDefinition
-from traces_app.scores import check_values, store_scores
-from traces_app.scores_api import read_item
+from traces_app.scores.judgements import check_values, store_scores
+from traces_app.scores.score_api import read_item
 
 
 @staff_member_required

@@ -29,7 +29,7 @@ from traces_app.models import (
     SpiralResolution,
     Trace,
 )
-from traces_app.spirals import CallView, SpiralRule, arguments_fingerprint, find_spirals
+from traces_app.spirals.detection import CallView, SpiralRule, arguments_fingerprint, find_spirals
 
 
 def spiral_rule() -> SpiralRule:
