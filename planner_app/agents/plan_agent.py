@@ -54,7 +54,7 @@ from planner_app.agents.replan import (
     plan_execute_replan,
     plan_from_reply,
 )
-from planner_app.agents.run import chat_model, record_spans
+from planner_app.agents.site_agents import chat_model, record_spans
 from planner_app.agents.stopping import (
     CANCELLED,
     STOPPED_ANSWER,
@@ -65,9 +65,10 @@ from planner_app.agents.stopping import (
 )
 from planner_app.bridge import BridgeResult
 from planner_app.models import Agent
-from planner_app.workflows.graph import StepStatus, WorkflowError, WorkflowRun, WorkflowStep
+from planner_app.workflows.executor import StepStatus, WorkflowRun
+from planner_app.workflows.graph import WorkflowError, WorkflowStep
 from planner_app.workflows.graph import validate_workflow as check_plan
-from planner_app.workflows.runs import StepWatch, bridge_step_runner, call_in_thread
+from planner_app.workflows.workflow_runs import StepWatch, bridge_step_runner, call_in_thread
 from tools_app.engine import CallContext
 from tools_app.formatting import estimate_tokens
 from tools_app.registry import ToolRegistry

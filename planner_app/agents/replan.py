@@ -25,16 +25,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner_app.workflows.executor import RunStatus, RunStep, StepStatus, WorkflowRun, run_workflow
 from planner_app.workflows.graph import (
     ProblemKind,
-    RunStatus,
-    RunStep,
-    StepStatus,
     Workflow,
     WorkflowError,
     WorkflowProblem,
-    WorkflowRun,
-    run_workflow,
     validate_workflow,
     workflow_from_json,
 )

@@ -1,1 +1,2 @@
-"""Path 3: workflows. graph.py is the DAG core (no Django); runs.py runs a saved one."""
+"""Path 3: workflows. graph.py defines and checks a DAG, executor.py runs it (both without
+Django), workflow_runs.py runs a saved one with the site's services."""

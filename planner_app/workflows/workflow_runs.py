@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from planner_app import bridge
 from planner_app.models import WorkflowRun
-from planner_app.workflows.graph import RunStep, WorkflowStep, run_workflow
+from planner_app.workflows.executor import RunStep, run_workflow
+from planner_app.workflows.graph import WorkflowStep
 from tools_app.engine import NOT_RUN_STOPPED, CallContext
 from tools_app.formatting import format_error
 from tools_app.specs import ErrorKind, ToolError, ToolResult

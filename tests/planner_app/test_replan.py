@@ -15,7 +15,8 @@ from planner_app.agents.replan import (
     plan_from_reply,
     replan_reasons,
 )
-from planner_app.workflows.graph import RunStatus, WorkflowError
+from planner_app.workflows.executor import RunStatus
+from planner_app.workflows.graph import WorkflowError
 from tools_app.builtins import calculator, string_utils
 from tools_app.engine import ToolEngine
 from tools_app.registry import ToolRegistry
@@ -117,7 +118,7 @@ def test_it_asks_for_a_new_plan_on_empty_or_unsure_results(engine: ToolEngine) -
         data = {"result": result.data["result"], "confidence": 0.2} if step.id == "a" else {}
         return type(result)(**{**result.__dict__, "data": data})
 
-    from planner_app.workflows.graph import run_workflow
+    from planner_app.workflows.executor import run_workflow
 
     workflow = plan_from_reply(plan(calc("a", "1+1"), calc("b", "2+2")), "p", 10)
     finished = asyncio.run(run_workflow(workflow, unsure, registry=engine.registry))

@@ -10,19 +10,16 @@ from typing import Any
 
 import pytest
 
+from planner_app.workflows.executor import RunStatus, StepStatus, WorkflowRun, run_workflow
 from planner_app.workflows.graph import (
     ProblemKind,
-    RunStatus,
-    StepStatus,
     UnresolvedReferenceError,
     Workflow,
     WorkflowError,
-    WorkflowRun,
     WorkflowStep,
     execution_order,
     references,
     resolve,
-    run_workflow,
     step_dependencies,
     validate_workflow,
     workflow_from_json,
