@@ -74,7 +74,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     call_command("ares_demo", invocations=5000, stdout=io.StringIO())  # recorded evidence
-    from planner_app.rulesets import current_ruleset, record_version
+    from planner_app.ruleset_versions import current_ruleset, record_version
     from planner_app.services import plan_request
 
     requests = [json.loads(line)["request"] for line in DATA.read_text().splitlines() if line]

@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from planner_app import rulesets
+from planner_app import ruleset_versions
 from planner_app.models import (
     Agent,
     Capability,
@@ -55,7 +55,7 @@ class VersionedForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self.opened_version is not None and self.instance.pk and self.has_changed():
-            changes = rulesets.changed_since(self.instance, self.opened_version)
+            changes = ruleset_versions.changed_since(self.instance, self.opened_version)
             if changes:
                 raise forms.ValidationError(
                     f"{changes} Your edit was not saved. What you typed is still in the form: "
@@ -87,13 +87,13 @@ def opened_at(form: type[forms.ModelForm], request: HttpRequest) -> type[forms.M
 def editing(request: HttpRequest) -> AbstractContextManager[None]:
     """Lock the rules for a post (it may save), so its checks and its version are one step."""
     if request.method == "POST":
-        return rulesets.editing(request.user)
+        return ruleset_versions.editing(request.user)
     return nullcontext()
 
 
 def with_version(extra_context: dict[str, Any] | None) -> dict[str, Any]:
     """Add the version the page is opened at, read before the rows the page shows."""
-    return {**(extra_context or {}), VERSION_FIELD: rulesets.latest_number()}
+    return {**(extra_context or {}), VERSION_FIELD: ruleset_versions.latest_number()}
 
 
 class VersionedAdmin(admin.ModelAdmin):
@@ -136,7 +136,7 @@ class VersionedAdmin(admin.ModelAdmin):
         """Send a deletion confirmed on a page older than the row's last change back to it."""
         opened = opened_version(request)
         row = self.get_object(request, unquote(object_id)) if opened is not None else None
-        changes = row and rulesets.changed_since(row, opened)
+        changes = row and ruleset_versions.changed_since(row, opened)
         if not changes:
             return None
         self.message_user(request, f"{changes} Nothing was deleted.", messages.ERROR)
@@ -394,7 +394,7 @@ class RuleSetVersionAdmin(admin.ModelAdmin):
         previous = RuleSetVersion.objects.filter(number__lt=version.number).first()
         if previous is None:
             return "(the first version)"
-        lines = rulesets.diff(previous.snapshot, version.snapshot) or ["(no difference)"]
+        lines = ruleset_versions.diff(previous.snapshot, version.snapshot) or ["(no difference)"]
         return format_html_join("", "<div>{}</div>", ((line,) for line in lines))
 
     @admin.action(description="Compare two selected versions")
@@ -408,7 +408,7 @@ class RuleSetVersionAdmin(admin.ModelAdmin):
             "title": f"v{old.number} → v{new.number}",
             "old": old,
             "new": new,
-            "lines": rulesets.diff(old.snapshot, new.snapshot),
+            "lines": ruleset_versions.diff(old.snapshot, new.snapshot),
         }
         return TemplateResponse(request, "planner_app/compare_versions.html", context)
 
@@ -422,10 +422,10 @@ class RuleSetVersionAdmin(admin.ModelAdmin):
             return self._confirm_rollback(request, target)
         marker = request.POST.get(VERSION_FIELD, "")
         try:
-            version = rulesets.rollback(
+            version = ruleset_versions.rollback(
                 target.number, request.user, seen=int(marker) if marker.isdigit() else None
             )
-        except rulesets.RulesChanged as exc:  # the page showed a diff that is out of date
+        except ruleset_versions.RulesChanged as exc:  # the page showed a diff that is out of date
             self.message_user(request, str(exc), messages.ERROR)
             return self._confirm_rollback(request, target)
         self.message_user(request, f"Rolled back: now v{version.number} ({version.change}).")
@@ -439,7 +439,7 @@ class RuleSetVersionAdmin(admin.ModelAdmin):
             "title": f"Roll back to v{target.number}?",
             "target": target,
             "current": current,
-            "lines": rulesets.diff(current.snapshot, target.snapshot),
+            "lines": ruleset_versions.diff(current.snapshot, target.snapshot),
             "action_checkbox_name": ACTION_CHECKBOX_NAME,
             "opts": self.model._meta,
         }

@@ -11,12 +11,12 @@ from pydantic import StrictBool, field_validator
 
 from planner_app import bridge
 from planner_app.agents.llm.messages import LlmNotConfigured, Message
-from planner_app.agents.run import model_name, run_agent
+from planner_app.agents.site_agents import model_name, run_agent
 from planner_app.models import Agent
 from planner_app.services import plan_request
 from tools_app.engine import CallContext
-from traces_app.http.errors import WITH_BODY, responses
 from traces_app.http.auth import ApiKeyAuth
+from traces_app.http.errors import WITH_BODY, responses
 from traces_app.schemas import NAME_PATTERN, TRACE_ID_PATTERN
 
 router = Router(tags=["planner"])

@@ -17,7 +17,7 @@ class PlannerAppConfig(AppConfig):
 def _record_initial_version(**kwargs: object) -> None:
     """Make the shipped rules version 1, so the first edit has something to compare with."""
     from planner_app.models import RuleSetVersion
-    from planner_app.rulesets import record_version
+    from planner_app.ruleset_versions import record_version
 
     if not RuleSetVersion.objects.exists():
         record_version("initial rule set")

@@ -20,7 +20,7 @@ from planner_app.models import RuleSetVersion
 from planner_app.pipeline.planner import Plan, Planner, no_evidence
 from planner_app.pipeline.ruleset import RuleSet
 from planner_app.pipeline.scoring import EvidenceSource
-from planner_app.rulesets import current_ruleset, ruleset_from_snapshot
+from planner_app.ruleset_versions import current_ruleset, ruleset_from_snapshot
 from tools_app.registry import ToolRegistry
 from traces_app.models import Trace
 

@@ -10,7 +10,7 @@ from typing import Any
 from django import forms
 
 from planner_app.agents.llm.messages import Message
-from planner_app.agents.sandbox import LLM_MODES, MODES, SandboxTask, llm_problem_of
+from planner_app.agents.sandbox_runner import LLM_MODES, MODES, SandboxTask, llm_problem_of
 from planner_app.models import Agent, Workflow
 
 MAX_MESSAGE_CHARS = 4000

@@ -1,6 +1,6 @@
 """The sandbox chat's stream: run a task in a thread and send its events as they happen.
 
-The runner (planner_app/agents/sandbox.py) sends the loop's events; this adds what the page
+The runner (planner_app/agents/sandbox_runner.py) sends the loop's events; this adds what the page
 shows beside them (the trace's URL, where a tool ran) and streams them.
 
 Streaming: the POST that starts a task answers with server-sent events (text/event-stream).
@@ -32,7 +32,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from planner_app.agents.loop import LoopEvent
-from planner_app.agents.sandbox import SandboxTask, finished_sentence, run_sandbox_task
+from planner_app.agents.sandbox_runner import SandboxTask, finished_sentence, run_sandbox_task
 from planner_app.models import SandboxStop
 from tools_app.registry import ToolRegistry
 from tools_app.site_engine import get_engine

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from planner_app.pipeline.planner import Plan, Planner
 from planner_app.pipeline.scoring import Evidence
-from planner_app.rulesets import current_ruleset
+from planner_app.ruleset_versions import current_ruleset
 from tools_app.site_engine import get_engine
 from traces_app.models import Invocation, Score, SpanStatus, caller_fault_q
 

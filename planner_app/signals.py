@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from planner_app import models
-from planner_app.rulesets import note_change
+from planner_app.ruleset_versions import note_change
 
 VERSIONED = (
     models.Capability,

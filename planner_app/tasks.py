@@ -12,7 +12,7 @@ from celery import shared_task
 from django.db import transaction
 
 from planner_app.models import Workflow, WorkflowRun
-from planner_app.workflows.runs import execute_run
+from planner_app.workflows.workflow_runs import execute_run
 
 
 @shared_task

@@ -13,9 +13,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from planner_app import backtest, bridge, sandbox
-from planner_app.agents.run import HOW_TO_CONFIGURE
-from planner_app.agents.sandbox import LLM_MODES, MODES, llm_problem_of
+from planner_app import backtest, bridge, sandbox_stream
+from planner_app.agents.sandbox_runner import LLM_MODES, MODES, llm_problem_of
+from planner_app.agents.site_agents import HOW_TO_CONFIGURE
 from planner_app.forms import MAX_HISTORY_CHARS, MAX_HISTORY_MESSAGES, SandboxForm
 from planner_app.models import Agent, IntentRule, RuleSetVersion, Workflow
 from planner_app.pipeline.planner import Plan
@@ -208,7 +208,7 @@ def sandbox_run(request: HttpRequest) -> HttpResponse:
         return JsonResponse(
             {"error": form.first_error(), "fields": form.errors.get_json_data()}, status=400
         )
-    events = sandbox.stream_events(form.task(), settings.ARES_SANDBOX_TIMEOUT_S)
+    events = sandbox_stream.stream_events(form.task(), settings.ARES_SANDBOX_TIMEOUT_S)
     response = StreamingHttpResponse(events, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on as it comes
@@ -225,5 +225,5 @@ def sandbox_stop(request: HttpRequest) -> HttpResponse:
             {"error": "trace_id must be the 32 hex digits of the task's trace."}, status=400
         )
     trace_id = trace_id.lower()  # as the sandbox makes them
-    sandbox.request_stop(trace_id, request.user.get_username())
+    sandbox_stream.request_stop(trace_id, request.user.get_username())
     return JsonResponse({"trace_id": trace_id, "stop": "requested"}, status=202)

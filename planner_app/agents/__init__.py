@@ -2,6 +2,6 @@
 
 loop.py is the agent loop (no Django), llm/ the LLM client and the vendors' formats,
 token_budget.py the share of tokens that tool output may take, replan.py and plan_agent.py
-plan-execute-replan, run.py runs an Agent row with the site's services, and sandbox.py
-is the sandbox chat's runner.
+plan-execute-replan, site_agents.py runs an Agent row with the site's services, and
+sandbox_runner.py is the sandbox chat's runner.
 """

@@ -8,7 +8,7 @@ that changes things is let finish), and it ends with finish_reason "cancelled".
 Modes: the agent loop (Path 1, with active discovery when the agent is in active mode),
 plan-execute-replan, the planner alone (Path 2, no LLM) and a saved workflow (Path 3).
 MCP tools (Path 4) come up through any of them. Every mode emits the agent loop's events.
-The page streams them (planner_app/sandbox.py).
+The page streams them (planner_app/sandbox_stream.py).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from planner_app.agents.loop import (
     ToolStarted,
 )
 from planner_app.agents.plan_agent import PlanDrafted, finished_event, run_plan_agent, watch_steps
-from planner_app.agents.run import llm_problem, run_agent
+from planner_app.agents.site_agents import llm_problem, run_agent
 from planner_app.agents.stopping import CANCELLED
 from planner_app.models import Agent, Workflow, WorkflowRun
-from planner_app.workflows.runs import execute_run
+from planner_app.workflows.workflow_runs import execute_run
 from tools_app.engine import CallContext
 from tools_app.site_engine import get_engine
 from tools_app.specs import ToolResult

@@ -1,7 +1,7 @@
 """Active tool discovery (MCP-Zero style): agents ask for tools, the router answers.
 
 The core (text, steps, backends, catalogue, router, requests) is plain Python with no Django, so
-bench/router.py can measure it standalone; registry.py adapts it to the tool registry.
+bench/router.py can measure it standalone; site_router.py adapts it to the tool registry.
 """
 
 from planner_app.discovery.catalogue import BenchQuery, ExpectedTool, Server, Tool

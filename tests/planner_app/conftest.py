@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.apps import apps
 
-from planner_app import rulesets
-from planner_app.demo import register_demo_tools
+from planner_app import ruleset_versions
+from planner_app.demo_tools import register_demo_tools
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.planner_app.fake_llm import FakeLlm
 from tools_app import site_engine
@@ -21,9 +21,9 @@ from tools_app.specs import ToolSpec
 @pytest.fixture(autouse=True)
 def fresh_ruleset_cache() -> Iterator[None]:
     """Forget the cached rule set: each test's database has its own versions."""
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    ruleset_versions._cache.update(ruleset=None, stamp=None, checked_at=0.0)
     yield
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    ruleset_versions._cache.update(ruleset=None, stamp=None, checked_at=0.0)
 
 
 @pytest.fixture
@@ -31,14 +31,14 @@ def default_rules(db: None) -> None:
     """Make sure the shipped rules exist (a transactional test before may have flushed them)."""
     if not IntentRule.objects.exists():
         migration = importlib.import_module("planner_app.migrations.0002_default_rules")
-        rulesets._pending.suppressed = True
+        ruleset_versions._pending.suppressed = True
         try:
             migration.add_defaults(apps, None)
         finally:
-            rulesets._pending.suppressed = False
+            ruleset_versions._pending.suppressed = False
         # A flush re-ran post_migrate on empty tables; make the shipped rules version 1.
         RuleSetVersion.objects.all().delete()
-        rulesets.record_version("initial rule set")
+        ruleset_versions.record_version("initial rule set")
 
 
 @pytest.fixture
@@ -119,6 +119,6 @@ def demo_server(settings: Any, default_rules: None) -> Iterator[None]:
     settings.ARES_TOOL_SETTINGS_CHECK_S = 0
     settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
     register_demo_tools()
-    rulesets._cache.update(ruleset=None, stamp=None, checked_at=0.0)
+    ruleset_versions._cache.update(ruleset=None, stamp=None, checked_at=0.0)
     yield
     site_engine.shutdown()  # stop the server's session: the next test's database has no row

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
-from planner_app import rulesets
+from planner_app import ruleset_versions
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.conftest import subprocess_env
 from tests.planner_app.admin_forms import csrf_of, form_fields
@@ -64,7 +64,7 @@ def sum_en() -> tuple[str, list[str]]:
 def assert_planner_runs_the_rows(planner: httpx.Client) -> None:
     """The newest version's snapshot is the rows, and a worker's planner plans from it."""
     newest = RuleSetVersion.objects.order_by("-number").first()
-    assert newest.snapshot == rulesets.take_snapshot()
+    assert newest.snapshot == ruleset_versions.take_snapshot()
     plan = planner.post("/api/v1/plan", json={"request": f"{sum_en()[1][-1]} 3 and 4"}).json()
     assert plan["ruleset_version"] == newest.number
     assert "sum-en" in [match["rule"] for match in plan["explanation"]["rules_matched"]]
@@ -126,7 +126,7 @@ def test_two_operators_saving_one_rule_at_once(
     for name in EDITORS:
         get_user_model().objects.create_superuser(name, "", PASSWORD)
     key = make_key("plan")
-    first = rulesets.latest_number()
+    first = ruleset_versions.latest_number()
     env = subprocess_env(DATABASE_CONN_MAX_AGE="0")
     saves = []
     with gunicorn_client(env, tmp_path / "gunicorn.log", workers=2) as client:
@@ -136,7 +136,7 @@ def test_two_operators_saving_one_rule_at_once(
         for number in range(ROUNDS):
             saves.append(edit_round(number, editors))
             assert_planner_runs_the_rows(planner)
-        last_edit = rulesets.latest_number()
+        last_edit = ruleset_versions.latest_number()
         for number in range(ROLLBACK_ROUNDS):
             rollback_round(number, editors)
             assert_planner_runs_the_rows(planner)

@@ -10,7 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
-from planner_app.config import export_config, import_config
+from planner_app.agent_config_file import export_config, import_config
 from planner_app.models import Agent
 from tools_app.models import McpServer, ToolSetting
 

@@ -11,7 +11,7 @@ import pytest
 
 from planner_app.agents.llm.messages import Message
 from planner_app.agents.loop import LoopEvent, LoopResult
-from planner_app.agents.run import run_agent
+from planner_app.agents.site_agents import run_agent
 from planner_app.models import Agent
 from tests.planner_app.conftest import in_site_registry
 from tests.planner_app.fake_llm import FakeLlm, call, calls, fail, say

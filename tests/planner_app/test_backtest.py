@@ -11,7 +11,7 @@ import pytest
 
 from planner_app import backtest
 from planner_app.models import IntentRule, RuleSetVersion
-from planner_app.rulesets import current_ruleset
+from planner_app.ruleset_versions import current_ruleset
 from tests.conftest import make_span
 from tools_app.site_engine import get_engine
 from traces_app.ingest.recording import record_invocations

@@ -15,7 +15,7 @@ from django.test import Client
 from planner_app import bridge
 from planner_app.agents.llm.messages import Message
 from planner_app.agents.plan_agent import run_plan_agent
-from planner_app.agents.run import run_agent
+from planner_app.agents.site_agents import run_agent
 from planner_app.models import Agent
 from planner_app.services import plan_request
 from tests.planner_app.fake_llm import FakeLlm, call, say

@@ -17,8 +17,8 @@ from planner_app.discovery.backends import (
     WordLlamaBackend,
     semantic_available,
 )
-from planner_app.discovery.registry import get_router, semantic_setting
 from planner_app.discovery.router import flat_document
+from planner_app.discovery.site_router import get_router, semantic_setting
 from tests.planner_app.test_discovery_router import CATALOGUE
 
 needs_wordllama = pytest.mark.skipif(not semantic_available(), reason="wordllama not installed")

@@ -9,8 +9,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from planner_app.discovery import RouterSettings
-from planner_app.discovery.registry import RegistryRouter, catalogue_from_specs, get_router
 from planner_app.discovery.router import DEFAULT_MIN_SCORE
+from planner_app.discovery.site_router import RegistryRouter, catalogue_from_specs, get_router
 from tools_app import site_engine
 from tools_app.models import ToolSetting
 from tools_app.registry import ToolRegistry

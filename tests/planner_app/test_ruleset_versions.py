@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from planner_app import rulesets
+from planner_app import ruleset_versions
 from planner_app.models import Capability, IntentRule, RuleSetVersion
 from tests.conftest import subprocess_env
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.django_db
 def test_it_ships_the_default_rules(default_rules: None) -> None:
-    ruleset = rulesets.current_ruleset()
+    ruleset = ruleset_versions.current_ruleset()
     assert len(ruleset.rules) >= 21
     names = {rule.name for rule in ruleset.rules}
     assert {"sum-zh", "sum-en", "hashing", "base64", "datetime", "regex"} <= names
@@ -31,7 +31,7 @@ def test_it_ships_the_default_rules(default_rules: None) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_it_makes_one_version_per_saved_change(default_rules: None) -> None:
-    first = rulesets.current_ruleset().version
+    first = ruleset_versions.current_ruleset().version
     with transaction.atomic():
         rule = IntentRule.objects.get(name="hashing")
         rule.keywords = [*rule.keywords, "digest"]
@@ -49,24 +49,24 @@ def test_it_makes_one_version_per_saved_change(default_rules: None) -> None:
 def test_it_reloads_after_a_change_and_not_before(
     default_rules: None, django_assert_num_queries: Any
 ) -> None:
-    before = rulesets.current_ruleset()
+    before = ruleset_versions.current_ruleset()
     with django_assert_num_queries(0):
-        assert rulesets.current_ruleset() is before
+        assert ruleset_versions.current_ruleset() is before
     IntentRule.objects.filter(name="regex").update(enabled=False)  # no signal: a raw update
     IntentRule.objects.get(name="regex").save()
-    after = rulesets.current_ruleset()
+    after = ruleset_versions.current_ruleset()
     assert after.version == before.version + 1
     assert "regex" not in {rule.name for rule in after.ordered_rules}
 
 
 @pytest.mark.django_db(transaction=True)
 def test_it_rolls_back_to_an_older_version(default_rules: None) -> None:
-    original = rulesets.current_ruleset().version
+    original = ruleset_versions.current_ruleset().version
     IntentRule.objects.get(name="regex").delete()
-    assert "regex" not in {r.name for r in rulesets.current_ruleset().rules}
-    restored = rulesets.rollback(original)
+    assert "regex" not in {r.name for r in ruleset_versions.current_ruleset().rules}
+    restored = ruleset_versions.rollback(original)
     assert restored.change == f"rolled back to v{original}"
-    ruleset = rulesets.current_ruleset()
+    ruleset = ruleset_versions.current_ruleset()
     assert ruleset.version == restored.number
     assert "regex" in {r.name for r in ruleset.rules}
     assert IntentRule.objects.get(name="regex").capabilities.get().name == "Regex"
@@ -74,13 +74,13 @@ def test_it_rolls_back_to_an_older_version(default_rules: None) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_it_lists_what_changed_between_two_versions(default_rules: None) -> None:
-    old = rulesets.current_ruleset().version
+    old = ruleset_versions.current_ruleset().version
     IntentRule.objects.filter(name="regex").delete()
     rule = IntentRule.objects.get(name="hashing")
     rule.priority = 1
     rule.save()
     new = RuleSetVersion.objects.order_by("-number").first()
-    lines = rulesets.diff(RuleSetVersion.objects.get(number=old).snapshot, new.snapshot)
+    lines = ruleset_versions.diff(RuleSetVersion.objects.get(number=old).snapshot, new.snapshot)
     assert lines == ["~ rule hashing: priority 80 → 1", "- rule regex"]
 
 
@@ -89,7 +89,7 @@ import os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ares_site.settings")
 import django
 django.setup()
-from planner_app.rulesets import current_ruleset
+from planner_app.ruleset_versions import current_ruleset
 for line in sys.stdin:
     rules = current_ruleset().ordered_rules
     print(current_ruleset().version, "hashing" in {r.name for r in rules}, flush=True)
@@ -98,7 +98,7 @@ for line in sys.stdin:
 
 @pytest.mark.django_db(transaction=True)
 def test_another_process_sees_a_change_on_its_next_call(default_rules: None) -> None:
-    rulesets.current_ruleset()
+    ruleset_versions.current_ruleset()
     env = subprocess_env(ARES_PLANNER_RELOAD_CHECK_MS="3600000")
     other = subprocess.Popen(
         [sys.executable, "-c", PLANNER_PROCESS], cwd=ROOT, env=env, text=True,
@@ -121,7 +121,7 @@ def test_another_process_sees_a_change_on_its_next_call(default_rules: None) -> 
 
 @pytest.mark.django_db(transaction=True)
 def test_it_writes_the_version_in_the_transaction_of_the_edit(default_rules: None) -> None:
-    first = rulesets.latest_number()
+    first = ruleset_versions.latest_number()
     with pytest.raises(RuntimeError), transaction.atomic():
         rule = IntentRule.objects.get(name="hashing")
         rule.priority = 1
@@ -130,21 +130,23 @@ def test_it_writes_the_version_in_the_transaction_of_the_edit(default_rules: Non
         assert written.number == first + 1  # before the commit, beside the edit
         assert next(r for r in written.snapshot["rules"] if r["name"] == "hashing")["priority"] == 1
         raise RuntimeError("the edit fails")
-    assert rulesets.latest_number() == first  # gone with the edit
+    assert ruleset_versions.latest_number() == first  # gone with the edit
     assert IntentRule.objects.get(name="hashing").priority == 80
 
 
 def ids_of_every_row() -> dict[str, dict[str, int]]:
-    snapshot = rulesets.take_snapshot()
+    snapshot = ruleset_versions.take_snapshot()
     return {
-        section: {str(rulesets._KEY_OF[section](row)): row["id"] for row in snapshot[section]}
+        section: {
+            str(ruleset_versions._KEY_OF[section](row)): row["id"] for row in snapshot[section]
+        }
         for section in ("capabilities", "rules", "mappings")
     }
 
 
 @pytest.mark.django_db(transaction=True)
 def test_it_rolls_back_in_place_keeping_every_id(default_rules: None) -> None:
-    original, ids = rulesets.current_ruleset().version, ids_of_every_row()
+    original, ids = ruleset_versions.current_ruleset().version, ids_of_every_row()
     IntentRule.objects.get(name="regex").delete()
     Capability.objects.filter(name="Arithmetic").update(name="Maths")
     Capability.objects.get(name="Maths").save()  # a rename (saved: a version)
@@ -152,34 +154,34 @@ def test_it_rolls_back_in_place_keeping_every_id(default_rules: None) -> None:
     hashing = IntentRule.objects.get(name="hashing")
     hashing.priority = 1
     hashing.save()
-    rulesets.rollback(original)
+    ruleset_versions.rollback(original)
     assert ids_of_every_row() == ids  # updated in place, regex back under its old id
     assert not IntentRule.objects.filter(name="brand-new").exists()
     newest = RuleSetVersion.objects.order_by("-number").first()
-    assert newest.snapshot == rulesets.take_snapshot()  # what the planner runs is the rows
+    assert newest.snapshot == ruleset_versions.take_snapshot()  # what the planner runs is the rows
     target = RuleSetVersion.objects.get(number=original).snapshot
-    assert rulesets.diff(target, newest.snapshot) == []
+    assert ruleset_versions.diff(target, newest.snapshot) == []
 
 
 @pytest.mark.django_db(transaction=True)
 def test_it_rolls_back_two_rules_that_swapped_names(default_rules: None) -> None:
-    original = rulesets.current_ruleset().version
+    original = ruleset_versions.current_ruleset().version
     hashing, regex = IntentRule.objects.get(name="hashing"), IntentRule.objects.get(name="regex")
     with transaction.atomic():
         IntentRule.objects.filter(pk=hashing.pk).update(name="swap")
         IntentRule.objects.filter(pk=regex.pk).update(name="hashing")
         IntentRule.objects.filter(pk=hashing.pk).update(name="regex")
-        rulesets.record_version("swapped")
-    rulesets.rollback(original)
+        ruleset_versions.record_version("swapped")
+    ruleset_versions.rollback(original)
     assert IntentRule.objects.get(pk=hashing.pk).name == "hashing"
     assert IntentRule.objects.get(pk=regex.pk).name == "regex"
 
 
 def test_it_sees_two_versions_written_within_one_clock_tick(settings: Any, tmp_path: Path) -> None:
     settings.VAR_DIR = tmp_path
-    rulesets._touch_stamp(7)
-    seen = rulesets._stamp()
-    mtime = Path(rulesets.stamp_path()).stat().st_mtime_ns
-    rulesets._touch_stamp(8)
-    os.utime(rulesets.stamp_path(), ns=(mtime, mtime))  # a coarse clock: the same mtime
-    assert rulesets._stamp() != seen  # so the next planner call reloads
+    ruleset_versions._touch_stamp(7)
+    seen = ruleset_versions._stamp()
+    mtime = Path(ruleset_versions.stamp_path()).stat().st_mtime_ns
+    ruleset_versions._touch_stamp(8)
+    os.utime(ruleset_versions.stamp_path(), ns=(mtime, mtime))  # a coarse clock: the same mtime
+    assert ruleset_versions._stamp() != seen  # so the next planner call reloads

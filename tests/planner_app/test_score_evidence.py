@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from planner_app import backtest, rulesets, services
+from planner_app import backtest, ruleset_versions, services
 from planner_app.models import Capability, CapabilityMapping, ScoreRule
 from planner_app.pipeline.extraction import EXTRACTORS
 from planner_app.pipeline.ruleset import RuleSet
@@ -71,7 +71,7 @@ def test_calls_scored_wrong_turn_the_planner_to_the_other_tool(
         headers={"Authorization": f"Bearer {make_key('score')}"},
     )
     send_scores(scorer, hash_calls[:6], name="result_correct", value=False, source="human")
-    before_rule = rulesets.current_ruleset()
+    before_rule = ruleset_versions.current_ruleset()
     assert ranked()[0]["tool"] == "hash_tool"  # no score rule yet: scores alone change nothing
 
     ScoreRule.objects.create(score_name="result_correct", operator="=", threshold="false")
@@ -88,7 +88,7 @@ def test_calls_scored_wrong_turn_the_planner_to_the_other_tool(
     )
     assert candidates["hasher_b"]["scores"] == 0
     report = backtest.backtest(
-        [REQUEST], before_rule, rulesets.current_ruleset(), get_engine().registry,
+        [REQUEST], before_rule, ruleset_versions.current_ruleset(), get_engine().registry,
         services.recent_evidence,
     )  # fmt: skip
     assert report.changed == 1 and "tool" in report.changes[0].aspects
@@ -112,16 +112,18 @@ def test_a_weighted_numeric_rule_counts_part_of_a_failure(two_hashers, api, span
 
 def test_a_rollback_restores_the_score_rules(two_hashers):
     ScoreRule.objects.create(score_name="result_correct", operator="=", threshold="false")
-    with_rule = rulesets.record_version("with a score rule").number
+    with_rule = ruleset_versions.record_version("with a score rule").number
     ScoreRule.objects.all().delete()
-    rulesets.record_version("without")
+    ruleset_versions.record_version("without")
 
-    rulesets.rollback(with_rule)
+    ruleset_versions.rollback(with_rule)
 
     assert list(ScoreRule.objects.values_list("score_name", "threshold")) == [
         ("result_correct", "false")
     ]
-    assert [r.score_name for r in rulesets.current_ruleset().score_rules] == ["result_correct"]
+    assert [r.score_name for r in ruleset_versions.current_ruleset().score_rules] == [
+        "result_correct"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ import pytest
 from planner_app.agents.llm.messages import Message
 from planner_app.agents.loop import LoopEvent, ModelTurn, ToolFinished
 from planner_app.agents.plan_agent import run_plan_agent
-from planner_app.agents.run import run_agent
+from planner_app.agents.site_agents import run_agent
 from planner_app.models import Agent, Workflow, WorkflowRun
-from planner_app.workflows.runs import execute_run
+from planner_app.workflows.workflow_runs import execute_run
 from tests.planner_app.conftest import Gate
 from tests.planner_app.fake_llm import FakeLlm, Reply, call, say
 from traces_app.models import Invocation, Trace

@@ -18,8 +18,9 @@ from tests.conftest import make_span
 from tools_app.site_engine import get_engine
 from traces_app.charts import latency_bin_label
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import ApiKey, ToolRollup, recount_all_marked_rollups
+from traces_app.models import ApiKey, ToolRollup
 from traces_app.rollups.histogram import bin_bounds, merge, percentile_from_histogram
+from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
 
 pytestmark = pytest.mark.django_db

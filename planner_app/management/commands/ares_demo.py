@@ -18,7 +18,7 @@ from planner_app.demo_tools import DEMO_SERVER, list_server_tools, register_demo
 from tools_app.specs import ToolFailure
 from traces_app.demo_spans import demo_trace_stream
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import recount_all_marked_rollups
+from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationFromDict
 from traces_app.spirals.scanning import rescan_spirals
 

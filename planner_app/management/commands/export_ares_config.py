@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from planner_app.config import export_config
+from planner_app.agent_config_file import export_config
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from planner_app.config import import_config
+from planner_app.agent_config_file import import_config
 
 
 class Command(BaseCommand):
