@@ -1,0 +1,114 @@
+"""Failure spirals as stored: runs of calls in a trace that got nowhere, kept per trace."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+
+from traces_app.models.trace_records import Trace
+
+
+class SpiralKind(models.TextChoices):
+    FAILING = "failing", "Same failure repeated"
+    LOOP = "loop", "Identical calls repeated"
+
+
+class SpiralResolution(models.TextChoices):
+    GAVE_UP = "gave_up", "Gave up"
+    RECOVERED = "recovered", "Recovered"
+    REPEATED = "repeated", "Repeated calls"
+    PLANNER_FALLBACK = "planner_fallback", "Planner fallback"
+    ONGOING = "ongoing", "Ongoing"
+
+
+class FailureSpiralManager(models.Manager):
+    def replace_for_trace(
+        self, trace_id: str, spirals: Sequence[Any], window_start: datetime | None = None
+    ) -> None:
+        """Store a trace's spirals as just detected (SpiralViews): update, add, drop stale.
+
+        Keyed by (trace, tool, first span): a spiral that grows keeps its record and its
+        detected_at; one whose first span changed (a late earlier span) replaces the old.
+        Only spirals starting at or after `window_start` (when given) can be stale.
+        """
+        records = [
+            self.model(
+                trace_id=trace_id,
+                **{name: getattr(spiral, name) for name in SPIRAL_VIEW_FIELDS},
+            )
+            for spiral in spirals
+        ]
+        if records:
+            self.bulk_create(
+                records,
+                update_conflicts=True,
+                unique_fields=["trace", "tool_name", "first_span_id"],
+                update_fields=[*SPIRAL_VIEW_FIELDS, "updated_at"],
+            )
+        found = {(spiral.tool_name, spiral.first_span_id) for spiral in spirals}
+        stored = self.filter(trace_id=trace_id)
+        if window_start is not None:
+            stored = stored.filter(started_at__gte=window_start)
+        stored = stored.values_list("pk", "tool_name", "first_span_id")
+        stale = [pk for pk, tool_name, first in stored if (tool_name, first) not in found]
+        if stale:
+            self.filter(pk__in=stale).delete()
+
+
+SPIRAL_VIEW_FIELDS = (
+    "tool_name", "kind", "error_kind", "attempts", "first_span_id", "last_span_id",
+    "started_at", "ended_at", "resolution", "wasted_tokens", "wasted_ms", "wasted_cost_usd",
+    "argument_changes",
+)  # fmt: skip
+
+
+class FailureSpiral(models.Model):
+    """A run of calls in one trace to one tool that got nowhere (traces_app.spirals.detection)."""
+
+    # The unique (trace, tool_name, first_span_id) index serves look-ups by trace.
+    trace = models.ForeignKey(
+        Trace,
+        on_delete=models.CASCADE,
+        related_name="spirals",
+        db_column="trace_id",
+        db_index=False,
+    )
+    tool_name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=SpiralKind.choices)
+    error_kind = models.CharField(max_length=40, blank=True)
+    attempts = models.PositiveIntegerField()
+    first_span_id = models.CharField(max_length=16)
+    last_span_id = models.CharField(max_length=16)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    resolution = models.CharField(max_length=20, choices=SpiralResolution.choices)
+    wasted_tokens = models.PositiveBigIntegerField(default=0)
+    wasted_ms = models.FloatField(default=0.0)
+    wasted_cost_usd = models.FloatField(default=0.0)
+    argument_changes = models.JSONField(
+        default=list, blank=True, help_text="Per step between attempts, the argument keys changed"
+    )
+    detected_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = FailureSpiralManager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["trace", "tool_name", "first_span_id"],
+                name="spiral_trace_tool_first_unique",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["started_at"], name="spiral_started"),
+            models.Index(fields=["tool_name", "started_at"], name="spiral_tool_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} x{self.attempts} ({self.kind})"

@@ -1,0 +1,72 @@
+"""Retention: purging raw spans past ARES_RETENTION_DAYS, behind a horizon recounts respect."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from traces_app.models import Invocation, PurgeHorizon, RollupMark, Score, Trace
+from traces_app.rollups.marks import hour_start
+from traces_app.rollups.recount import take_recount_turn
+
+
+def retention_cutoff() -> datetime:
+    """Return the hour before which raw spans are purged (ARES_RETENTION_DAYS)."""
+    return hour_start(timezone.now() - timedelta(days=settings.ARES_RETENTION_DAYS))
+
+
+def oldest_storable() -> datetime:
+    """Return the earliest start a new span may have: it is counted and not purged at once."""
+    horizon = PurgeHorizon.objects.horizon()
+    cutoff = retention_cutoff()
+    return cutoff if horizon is None else max(cutoff, horizon)
+
+@dataclass(frozen=True)
+class Purged:
+    """What one retention purge deleted."""
+
+    spans: int
+    traces: int
+    scores: int
+
+
+def purge_past_retention(batch_size: int = 5000) -> Purged:
+    """Delete the spans and traces older than ARES_RETENTION_DAYS, in batches; say how many.
+
+    The purge horizon moves first, so no recount or check rebuilds an hour from the
+    spans this leaves (see PurgeHorizon). A trace goes once it ended before the horizon,
+    with its spirals and scores; one still running at it keeps its totals, only its old
+    spans go. Rollups are kept. Short transactions keep ingest running while this works.
+    """
+    horizon = _move_purge_horizon(retention_cutoff())
+    spans = 0
+    old_spans = Invocation.objects.filter(started_at__lt=horizon).order_by()
+    while pks := list(old_spans.values_list("pk", flat=True)[:batch_size]):
+        spans += Invocation.objects.filter(pk__in=pks).delete()[0]
+    traces = scores = 0
+    old_traces = Trace.objects.filter(ended_at__lt=horizon).order_by()
+    while trace_ids := list(old_traces.values_list("pk", flat=True)[:batch_size]):
+        with transaction.atomic():
+            scores += Score.objects.filter(trace_id__in=trace_ids).delete()[0]
+            traces += len(trace_ids)
+            Trace.objects.filter(pk__in=trace_ids).delete()  # their spirals (and spans) too
+    RollupMark.objects.filter(bucket_start__lt=horizon).delete()  # hours never recounted
+    return Purged(spans, traces, scores)
+
+
+def _move_purge_horizon(cutoff: datetime) -> datetime:
+    """Move the purge horizon forward to `cutoff` (never back); return where it stands.
+
+    In a recount's turn: a recount that began before waits for this, one that begins
+    after reads the new horizon before it counts.
+    """
+    with transaction.atomic():
+        take_recount_turn()
+        row, _ = PurgeHorizon.objects.get_or_create(pk=1, defaults={"raw_spans_from": cutoff})
+        if row.raw_spans_from < cutoff:
+            row.raw_spans_from = cutoff
+            row.save(update_fields=["raw_spans_from"])
+    return row.raw_spans_from
