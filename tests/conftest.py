@@ -15,8 +15,21 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings
+from django.test import override_settings
 
 from traces_app.models import ApiKey
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_password_hashing() -> Iterator[None]:
+    """Hash the test users' passwords at one PBKDF2 iteration instead of a million.
+
+    Every admin_client, staff page and login made a user with a password, at about half a
+    second of hashing each (a second for a login through the form, which checks it too).
+    """
+    quick = "tests.quick_hasher.QuickPBKDF2PasswordHasher"
+    with override_settings(PASSWORD_HASHERS=[quick, *settings.PASSWORD_HASHERS]):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
