@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -430,12 +431,16 @@ CHECKS: dict[str, Callable[[Block, pytest.FixtureRequest], None]] = {
 
 @cache
 def tree_names() -> tuple[frozenset[str], tuple[Path, ...]]:
-    """Return every file name of the tree, and every directory of the apps."""
+    """Return every file and directory name of the tree, and every directory of the apps."""
     skipped = {".venv", ".git", "var", "node_modules", "__pycache__"}
-    files = [p for p in ROOT.rglob("*") if not skipped & set(p.relative_to(ROOT).parts)]
-    app_dirs = [ROOT / app for app in APPS]
-    app_dirs += [p for p in files if p.is_dir() and p.relative_to(ROOT).parts[0] in APPS]
-    return frozenset(p.name for p in files), tuple(app_dirs)
+    names: set[str] = set()
+    app_dirs: list[Path] = []
+    for top, directories, files in os.walk(ROOT):
+        directories[:] = [name for name in directories if name not in skipped]
+        names.update(files, directories)
+        if Path(top).relative_to(ROOT).parts[:1] and Path(top).relative_to(ROOT).parts[0] in APPS:
+            app_dirs.append(Path(top))
+    return frozenset(names), tuple(app_dirs)
 
 
 def assert_relative_path_exists(name: str, where: object) -> None:
