@@ -11,7 +11,8 @@ import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from traces_app.otlp import error_kind_slug, read_span, read_spans
+from traces_app.ingest.otlp_dialects import error_kind_slug
+from traces_app.ingest.otlp_spans import read_span, read_spans
 
 
 def value(plain: Any) -> AnyValue:

@@ -27,9 +27,9 @@ from tests.traces_app.test_otlp_exporters import (
     openllmetry_run,
     sdk_spans,
 )
-from traces_app.otlp import read_request, store_readings
+from traces_app.ingest.otlp_spans import read_request, store_readings
+from traces_app.ingest.recording import record_invocations
 from traces_app.schemas import InvocationIn
-from traces_app.services import record_invocations
 
 
 def generic_run(tracer: Any, spans: dict[str, Any]) -> None:

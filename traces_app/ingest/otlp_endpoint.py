@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from functools import partial
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -22,18 +23,25 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
-from traces_app.api_errors import RETRY_AFTER_SECONDS, database_is_busy
-from traces_app.auth import ApiKeyAuth
-from traces_app.bodies import read_body
-from traces_app.otlp import (
+from traces_app.http.auth import ApiKeyAuth
+from traces_app.http.bodies import parse_json, read_body
+from traces_app.http.errors import RETRY_AFTER_SECONDS, database_is_busy
+from traces_app.ingest.otlp_decoding import (
     CONTENT_TYPES,
     JSON,
+    PROTOBUF,
     OtlpDecodeError,
     TooManySpans,
-    decode_request,
+    decode_json,
+    decode_protobuf,
     encode_message,
+)
+from traces_app.ingest.otlp_spans import (
     read_request,
     rejection_summary,
     service_name_notes,
@@ -112,6 +120,18 @@ def _export_traces(request: HttpRequest, encoding: str) -> HttpResponse:
     if said:
         response.partial_success.error_message = "; ".join(said)
     return HttpResponse(encode_message(response, encoding), content_type=encoding)
+
+
+def decode_request(raw: bytes, content_type: str) -> ExportTraceServiceRequest:
+    """Return the ExportTraceServiceRequest in a protobuf or OTLP/JSON body.
+
+    Raises TooManySpans, before any span is read, for a request over the span limit.
+    """
+    limit = settings.ARES_OTLP_MAX_SPANS
+    if content_type == PROTOBUF:
+        return decode_protobuf(raw, limit)
+    document = parse_json(raw)  # raises HttpError 400 for bad JSON, saying where
+    return decode_json(document, limit)
 
 
 def _drop(request: HttpRequest, encoding: str, response: Message) -> HttpResponse:

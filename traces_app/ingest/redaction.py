@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from traces_app.bodies import MAX_JSON_DEPTH, nesting_exceeds
+from traces_app.http.json_nesting import MAX_JSON_DEPTH, nesting_exceeds
 
 REDACTED = "[REDACTED]"
 TRUNCATED_KEY = "__truncated__"
