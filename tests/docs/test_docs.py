@@ -48,6 +48,8 @@ from django.core.management import call_command, get_commands, load_command_clas
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("README.md", *sorted(f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md")))
 APPS = ("ares_site", "planner_app", "tools_app", "traces_app")
+# Pages whose names (paths, modules, settings, links) are checked, beside the docs' blocks.
+NAMING_PAGES = (*PAGES, "bench/README.md")
 SETUPS = ROOT / "tests" / "otlp_libraries" / "setups"
 DOCS_URL = "http://127.0.0.1:8000"  # where the docs say the site is
 KEY_PLACEHOLDERS = ("$ARES_KEY", "ares_...")
@@ -66,6 +68,7 @@ OTHER_ENV = {
 NOT_IN_TREE = {
     "var/ares.sqlite3": "the SQLite database make run creates",
     "static/vendor/plotly.min.js": "served from the plotly package (ares_site/static_finders.py)",
+    "solvable_queries/test_instruction/": "StableToolBench's own folder, in ../shared/bench-data/",
 }
 REPLY = "<tool_request>\nserver: a calculator\ntool: add two numbers\n</tool_request>"
 
@@ -463,11 +466,11 @@ def named_paths(page: str) -> Iterator[str]:
             yield word
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", NAMING_PAGES)
 def test_every_path_the_page_names_exists(page: str) -> None:
     tops = {path.name for path in ROOT.iterdir()}
     for word in named_paths(page):
-        if word in NOT_IN_TREE:
+        if word in NOT_IN_TREE:  # named as the reader's, or made at run time
             continue
         if word.split("/")[0] in tops:
             assert (ROOT / word).exists(), f"{page}: no {word}"
@@ -475,7 +478,7 @@ def test_every_path_the_page_names_exists(page: str) -> None:
             assert_relative_path_exists(word, page)
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", NAMING_PAGES)
 def test_every_module_the_page_names_imports(page: str) -> None:
     for word in inline_words(page):
         dotted = re.match(r"((?:ares_site|planner_app|tools_app|traces_app|bench)(?:\.\w+)+)", word)
@@ -516,7 +519,7 @@ def settings_source() -> str:
     return (ROOT / "ares_site" / "settings.py").read_text()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", NAMING_PAGES)
 def test_every_ares_setting_the_page_names_exists(page: str) -> None:
     for word in inline_words(page):
         name = re.fullmatch(r"(ARES_[A-Z0-9_]*[A-Z0-9])(=.*)?", word)
@@ -538,7 +541,7 @@ def slug(heading: str) -> str:
     return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", NAMING_PAGES)
 def test_every_link_the_page_makes_resolves(page: str) -> None:
     for target in re.findall(r"\]\(([^)\s]+)\)", prose(page)):
         if re.match(r"\w+:", target):
