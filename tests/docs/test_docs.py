@@ -372,7 +372,7 @@ def check_diagram(block: Block, request: pytest.FixtureRequest) -> None:
     for name in names:
         assert_relative_path_exists(name, block)
     for app in re.findall(r"^\s*(ares_site|\w+_app)\b", block.text, flags=re.M):
-        assert (ROOT / app / "apps.py").exists() or app == "ares_site", f"{block}: no app {app}"
+        assert (ROOT / app / "__init__.py").exists(), f"{block}: no app {app}"
 
 
 def check_json_schema(block: Block, request: pytest.FixtureRequest) -> None:
