@@ -301,13 +301,13 @@ import json
 from datetime import timedelta
 from django.db.models import Count, F, Sum
 from django.utils import timezone
-from traces_app.models import Invocation, RollupMark, SpanRollup, ToolRollup, Trace, tool_stats
+from traces_app.models import Invocation, RollupMark, SpanRollup, ToolRollup, Trace
 tools = Invocation.objects.tools().values_list("tool_name")
 tools_raw = dict(tools.annotate(n=Count("pk")).order_by())
 rolled = dict(ToolRollup.objects.values_list("tool_name").annotate(n=Sum("calls")).order_by())
 now = timezone.now()
 window = (now - timedelta(days=3), now + timedelta(hours=2))
-stats = {row["tool_name"]: row["calls"] for row in tool_stats(*window)}
+stats = {row["tool_name"]: row["calls"] for row in Invocation.objects.tool_stats(*window)}
 counted = Trace.objects.annotate(actual=Count("invocations"))
 print(json.dumps({
     "raw_spans": Invocation.objects.count(),

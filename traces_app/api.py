@@ -19,15 +19,7 @@ from traces_app.http.bodies import batch_items, batch_request_body, batch_respon
 from traces_app.http.errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.http.paging import NEWEST_FIRST, BadCursor, SortKey, keyset_page
 from traces_app.ingest.recording import Refused, record_invocations
-from traces_app.models import (
-    Invocation,
-    OtlpProducer,
-    RollupMark,
-    ToolRollup,
-    Trace,
-    tool_stats,
-    traces_holding,
-)
+from traces_app.models import Invocation, OtlpProducer, RollupMark, ToolRollup, Trace
 from traces_app.schemas import (
     BatchOut,
     CountOut,
@@ -194,7 +186,7 @@ class TraceFilter(TimeFilter):
         if not value:
             return Q()
         if self.match == "exact":
-            return traces_holding(self.since, tool_name=value)
+            return Trace.objects.holding(self.since, tool_name=value)
         tools = matching_tools(self.match, value, self.since, self.until, MAX_MATCHED_TOOLS)
         return _holding_any(self.since, tools)
 
@@ -202,7 +194,7 @@ class TraceFilter(TimeFilter):
         return Q(trace_id__in=scores_matching(value).values("trace_id")) if value else Q()
 
     def filter_chosen_by(self, value: str | None) -> Q:
-        return traces_holding(self.since, chosen_by=value) if value else Q()
+        return Trace.objects.holding(self.since, chosen_by=value) if value else Q()
 
     def filter_q(self, value: str | None) -> Q:
         """Return traces whose request holds the text, or with a span that holds it.
@@ -271,7 +263,7 @@ def _holding_any(since: Any, tools: list[str]) -> Q:
     for two names over 7 days at a million spans, 0.3 s this way).
     """
     if len(tools) == 1:
-        return traces_holding(since, tool_name=tools[0])
+        return Trace.objects.holding(since, tool_name=tools[0])
     spans = Invocation.objects.filter(tool_name__in=tools)
     if since is not None:
         spans = spans.filter(started_at__gte=since)
@@ -453,7 +445,7 @@ def get_tool_stats(
     since = since or until - timedelta(hours=24)
     if since >= until:
         raise HttpError(422, "since must be before until")
-    return {"since": since, "until": until, "tools": tool_stats(since, until)}
+    return {"since": since, "until": until, "tools": Invocation.objects.tool_stats(since, until)}
 
 
 @router.get(

@@ -13,12 +13,9 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from traces_app.models import (
-    JobLease,
-    Trace,
-    purge_past_retention,
-    recount_all_marked_rollups,
-)
+from traces_app.models import JobLease, Trace
+from traces_app.rollups.recount import recount_all_marked_rollups
+from traces_app.rollups.retention import purge_past_retention
 from traces_app.scores.judgements import settle_pending_scores
 from traces_app.spirals.scanning import rescan_spirals
 

@@ -17,7 +17,8 @@ from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app import conftest as planner_fixtures
 from traces_app.demo_spans import demo_trace_stream
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import FailureSpiral, Invocation, recount_all_marked_rollups
+from traces_app.models import FailureSpiral, Invocation
+from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
 
 pytestmark = pytest.mark.browser

@@ -12,8 +12,9 @@ from django.test import Client
 
 from tests.conftest import make_span
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import FailureSpiral, Invocation, recount_all_marked_rollups
+from traces_app.models import FailureSpiral, Invocation
 from traces_app.rollups.histogram import histogram_of, percentile_from_histogram
+from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
 
 NOW = datetime.now(UTC).replace(microsecond=0)

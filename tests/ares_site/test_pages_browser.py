@@ -11,7 +11,8 @@ import pytest
 from tests.ares_site.browser import assert_stayed_local
 from tests.conftest import make_span
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import ApiKey, Invocation, recount_all_marked_rollups
+from traces_app.models import ApiKey, Invocation
+from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
 
 pytestmark = pytest.mark.browser

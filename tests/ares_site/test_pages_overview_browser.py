@@ -10,7 +10,7 @@ import pytest
 from tests.ares_site.browser import assert_stayed_local
 from traces_app.demo_spans import demo_trace_stream
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import recount_all_marked_rollups
+from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
 
 pytestmark = pytest.mark.browser

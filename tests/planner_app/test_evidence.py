@@ -21,14 +21,10 @@ from tests.planner_app.fake_llm import FakeLlm, call, say
 from tools_app.engine import CallContext
 from tools_app.site_engine import get_engine
 from tools_app.specs import ToolCall
-from traces_app.models import (
-    Invocation,
-    SpanRollup,
-    caller_fault_q,
-    recount_all_marked_rollups,
-)
+from traces_app.models import Invocation, SpanRollup, caller_fault_q
 from traces_app.rollups.range_totals import activity, tool_totals
 from traces_app.rollups.ranges import TimeRange
+from traces_app.rollups.recount import recount_all_marked_rollups
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,15 +20,10 @@ from planner_app.services import recent_evidence
 from tests.planner_app.conftest import Gate
 from tests.planner_app.fake_llm import FakeLlm, call, fail, held, say
 from tools_app.models import McpServer
-from traces_app.models import (
-    Invocation,
-    SpanRollup,
-    ToolRollup,
-    Trace,
-    recount_all_marked_rollups,
-)
+from traces_app.models import Invocation, SpanRollup, ToolRollup, Trace
 from traces_app.rollups.range_totals import tool_totals
 from traces_app.rollups.ranges import parse_range
+from traces_app.rollups.recount import recount_all_marked_rollups
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("llm_settings")]
 

@@ -14,13 +14,8 @@ from django.test import Client
 
 from tests.conftest import make_span
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import (
-    FailureSpiral,
-    SpanRollup,
-    ToolRollup,
-    Trace,
-    recount_marked_rollups,
-)
+from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace
+from traces_app.rollups.recount import recount_marked_rollups
 from traces_app.schemas import InvocationIn
 from traces_app.templatetags.console import thousands, usd
 

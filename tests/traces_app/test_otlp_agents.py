@@ -19,7 +19,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from tests.traces_app.test_otlp_bad_input import export_request, tool_span
 from tests.traces_app.test_otlp_exporters import SUCCESS, at, child, ids, stored
-from traces_app.models import Invocation, SpanRollup, Trace, recount_all_marked_rollups
+from traces_app.models import Invocation, SpanRollup, Trace
+from traces_app.rollups.recount import recount_all_marked_rollups
 
 SERVICE = {"service.name": "agents-service"}
 OI_KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND

@@ -13,9 +13,9 @@ import pytest
 from django.test import Client
 
 from tests.conftest import make_span
-from traces_app import models, views
+from traces_app import views
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import ApiKey, FailureSpiral, Invocation, Trace
+from traces_app.models import ApiKey, FailureSpiral, Invocation, Trace, trace_records
 from traces_app.schemas import InvocationIn
 
 # Two hours back: outside the "1h" range however that range is rounded to whole hours.
@@ -167,7 +167,7 @@ def test_it_filters_traces(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Both ways of finding traces that hold a tool or chooser must agree.
-    monkeypatch.setattr(models, "DENSE_SPANS", dense_spans)
+    monkeypatch.setattr(trace_records, "DENSE_SPANS", dense_spans)
 
     response = admin_client.get("/traces/", params)
 

@@ -27,9 +27,9 @@ from traces_app.models import (
     SpanRollup,
     ToolRollup,
     Trace,
-    purge_past_retention,
-    recount_all_marked_rollups,
 )
+from traces_app.rollups.recount import recount_all_marked_rollups
+from traces_app.rollups.retention import purge_past_retention
 from traces_app.schemas import InvocationIn
 
 pytestmark = pytest.mark.django_db(transaction=True)

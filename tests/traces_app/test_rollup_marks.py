@@ -15,14 +15,8 @@ from django.core.management import call_command
 from tests.conftest import make_span
 from traces_app.ingest import recording
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import (
-    Invocation,
-    RollupMark,
-    SpanRollup,
-    ToolRollup,
-    recount_all_marked_rollups,
-    recount_marked_rollups,
-)
+from traces_app.models import Invocation, RollupMark, SpanRollup, ToolRollup
+from traces_app.rollups.recount import recount_all_marked_rollups, recount_marked_rollups
 from traces_app.schemas import InvocationIn
 
 NOW = datetime.now(UTC)

@@ -12,15 +12,7 @@ from django.db import models
 
 from tests.conftest import make_span
 from traces_app.ingest.recording import _RecountThrottle, record_invocations
-from traces_app.models import (
-    Invocation,
-    RollupMark,
-    SpanRollup,
-    ToolRollup,
-    percentile_cont,
-    purge_past_retention,
-    recount_all_marked_rollups,
-)
+from traces_app.models import Invocation, RollupMark, SpanRollup, ToolRollup
 from traces_app.rollups.histogram import (
     BIN_COUNT,
     LATENCY_EDGES_MS,
@@ -29,8 +21,11 @@ from traces_app.rollups.histogram import (
     histogram_of,
     merge,
     merge_counts,
+    percentile_cont,
     percentile_from_histogram,
 )
+from traces_app.rollups.recount import recount_all_marked_rollups
+from traces_app.rollups.retention import purge_past_retention
 from traces_app.schemas import InvocationIn
 from traces_app.tasks import purge_past_retention_task, recount_rollups_task
 

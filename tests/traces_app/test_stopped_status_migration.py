@@ -9,7 +9,8 @@ from django.apps import apps
 
 from tests.conftest import make_span
 from traces_app.ingest.recording import record_invocations
-from traces_app.models import Invocation, ToolRollup, Trace, recount_all_marked_rollups
+from traces_app.models import Invocation, ToolRollup, Trace
+from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
 
 pytestmark = pytest.mark.django_db(transaction=True)

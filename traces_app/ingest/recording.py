@@ -15,15 +15,11 @@ from django.conf import settings
 from django.db import DatabaseError, DataError, IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
+from traces_app.ingest.bulk_rows import insert_ignoring_conflicts
 from traces_app.ingest.redaction import bound_text, redact_text, safe_payload
-from traces_app.models import (
-    Invocation,
-    SpanKind,
-    add_to_trace_totals,
-    insert_ignoring_conflicts,
-    mark_rollups_dirty,
-    oldest_storable,
-)
+from traces_app.models import Invocation, SpanKind, Trace
+from traces_app.rollups.marks import mark_rollups_dirty
+from traces_app.rollups.retention import oldest_storable
 from traces_app.schemas import InvocationFromDict, InvocationIn
 from traces_app.spirals.scanning import detect_spirals, spiral_candidates
 from traces_app.tasks import recount_rollups_task
@@ -81,7 +77,7 @@ def record_invocations(
     is stored span by span so that only that span is lost, and it comes back as Refused.
     The spans' rollup buckets are marked in the same transaction (models.RollupMark);
     a caller storing many batches in a row may pass recount_rollups=False and call
-    models.recount_all_marked_rollups once at the end (ares_demo does).
+    rollups.recount.recount_all_marked_rollups once at the end (ares_demo does).
     """
     received_at = timezone.now()
     first_of_key: dict[tuple[str, str], InvocationIn] = {}
@@ -230,7 +226,7 @@ def _store(spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]) -> set
             for span, row in zip(spans, rows, strict=True)
             if (span.trace_id, span.span_id) in inserted
         ]
-        failed_calls = add_to_trace_totals(trace_deltas(new))
+        failed_calls = Trace.objects.add_totals(trace_deltas(new))
         mark_rollups_dirty(
             (row["started_at"], row["tool_name"] if row["kind"] == SpanKind.TOOL else "")
             for _, row in new

@@ -12,7 +12,6 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-
 SCOPES = {
     "report": "Report invocations (POST /api/v1/invocations)",
     "read": "Read traces, invocations and statistics",

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from django.db import models
 from django.utils import timezone
 
-
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 

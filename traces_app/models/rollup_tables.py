@@ -12,7 +12,6 @@ from django.utils import timezone
 from traces_app.models.trace_records import ChosenBy, Invocation, SpanKind, SpanStatus
 from traces_app.rollups.histogram import empty_histogram, percentile_from_histogram
 
-
 ROLLUP_TOTAL_FIELDS = [
     "calls", "successes", "failures", "stopped", "failures_by_kind", "latency_histogram",
     "latency_sum_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
@@ -93,7 +92,6 @@ class ToolRollupManager(models.Manager):
             if rollup is not None:  # a tool not touched in this hour: left as it is
                 rollup.add_group(row)
         return rollups
-
 
 
 class ToolRollup(models.Model):
@@ -180,7 +178,6 @@ class SpanRollupManager(models.Manager):
         now = timezone.now()
         groups = Invocation.objects.in_hours(hours).span_groups()
         return [self.model(**row, updated_at=now) for row in groups]
-
 
 
 class SpanRollup(models.Model):

@@ -14,7 +14,6 @@ from django.utils import timezone
 from traces_app.ingest.bulk_rows import rows_as_json, rows_from_json
 from traces_app.rollups.histogram import LATENCY_EDGES_MS, percentile_cont
 
-
 HOUR = timedelta(hours=1)
 
 
@@ -97,7 +96,6 @@ class TraceManager(models.Manager):
         """
         weaker = [""] if dialect == Dialect.OTEL else ["", Dialect.OTEL]
         return self.filter(trace_id__in=list(trace_ids), dialect__in=weaker).update(dialect=dialect)
-
 
     def add_totals(self, deltas: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Create traces or add span totals to them, in one statement; return their failed calls.
@@ -187,7 +185,6 @@ class TraceManager(models.Manager):
             spans = spans.filter(started_at__gte=since)
         return models.Q(pk__in=spans.values("trace_id"))
 
-
     def _rollup_calls(self, since: datetime | None, span_fields: dict[str, str]) -> int:
         """Return the spans with these fields in the rollups' hours since `since` (or in all)."""
         # By name: the rollup tables' module imports this one.
@@ -197,7 +194,9 @@ class TraceManager(models.Manager):
         else:
             rollups = apps.get_model("traces_app", "SpanRollup").objects.filter(**span_fields)
         if since is not None:
-            rollups = rollups.filter(bucket_start__gte=since.replace(minute=0, second=0, microsecond=0))
+            rollups = rollups.filter(
+                bucket_start__gte=since.replace(minute=0, second=0, microsecond=0)
+            )
         return rollups.aggregate(calls=models.Sum("calls", default=0))["calls"]
 
 
@@ -351,7 +350,6 @@ class InvocationQuerySet(models.QuerySet):
     def failed(self) -> InvocationQuerySet:
         return self.filter(status=SpanStatus.ERROR)
 
-
     def in_hours(self, hours: Iterable[datetime]) -> InvocationQuerySet:
         """Return the spans started in one of these UTC hours."""
         window = models.Q()
@@ -408,7 +406,9 @@ class InvocationQuerySet(models.QuerySet):
         rows = list(spans.values("tool_name").annotate(**totals).order_by("tool_name"))
         if connection.vendor != "postgresql":
             latencies: dict[str, list[float]] = {}
-            for name, latency in spans.values_list("tool_name", "latency_ms").order_by("latency_ms"):
+            for name, latency in spans.values_list("tool_name", "latency_ms").order_by(
+                "latency_ms"
+            ):
                 latencies.setdefault(name, []).append(latency)
             for row in rows:
                 values = latencies.get(row["tool_name"], [])

@@ -71,3 +71,13 @@ def merge_counts(*tallies: Mapping[str, int]) -> dict[str, int]:
         for key, count in tally.items():
             total[key] = total.get(key, 0) + count
     return total
+
+
+def percentile_cont(sorted_values: Sequence[float], fraction: float) -> float | None:
+    """Return the interpolated percentile of sorted values, as PostgreSQL's percentile_cont."""
+    if not sorted_values:
+        return None
+    position = fraction * (len(sorted_values) - 1)
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)

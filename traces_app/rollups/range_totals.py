@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from traces_app.models import CALLER_FAULTS, SpanRollup, ToolRollup, recount_marked_rollups
+from traces_app.models import CALLER_FAULTS, SpanRollup, ToolRollup
 from traces_app.rollups.histogram import (
     empty_histogram,
     merge,
@@ -20,6 +20,7 @@ from traces_app.rollups.histogram import (
     percentile_from_histogram,
 )
 from traces_app.rollups.ranges import TimeRange, range_context
+from traces_app.rollups.recount import recount_marked_rollups
 
 
 def fresh_range_context(params: Mapping[str, str], now: datetime) -> dict[str, object]:

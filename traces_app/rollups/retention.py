@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -23,6 +24,7 @@ def oldest_storable() -> datetime:
     horizon = PurgeHorizon.objects.horizon()
     cutoff = retention_cutoff()
     return cutoff if horizon is None else max(cutoff, horizon)
+
 
 @dataclass(frozen=True)
 class Purged:
