@@ -31,7 +31,7 @@ from django.db import DatabaseError, connections
 from django.urls import reverse
 from django.utils import timezone
 
-from planner_app.agents.loop import LoopEvent
+from planner_app.agents.loop_events import LoopEvent
 from planner_app.agents.sandbox_runner import SandboxTask, finished_sentence, run_sandbox_task
 from planner_app.models import SandboxStop
 from tools_app.registry import ToolRegistry

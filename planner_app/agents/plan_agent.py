@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 
 from planner_app.agents.llm.messages import ChatModel, LlmError, LlmReply, Message, Usage
-from planner_app.agents.loop import (
+from planner_app.agents.loop_events import (
     PATH_MCP,
     PATH_PLANNER,
     PATH_WORKFLOW,
@@ -43,7 +43,6 @@ from planner_app.agents.loop import (
     ModelTurn,
     Notice,
     Started,
-    TaskRecords,
     ToolFinished,
     ToolStarted,
 )
@@ -63,6 +62,7 @@ from planner_app.agents.stopping import (
     check_stop,
     mark_stopped,
 )
+from planner_app.agents.task_records import TaskRecords
 from planner_app.bridge import BridgeResult
 from planner_app.models import Agent
 from planner_app.workflows.executor import StepStatus, WorkflowRun

@@ -21,7 +21,7 @@ from typing import Any
 
 from planner_app import bridge
 from planner_app.agents.llm.messages import Message
-from planner_app.agents.loop import (
+from planner_app.agents.loop_events import (
     PATH_PLANNER,
     Final,
     LoopEvent,

@@ -16,7 +16,8 @@ from django.db import transaction
 
 from planner_app import bridge
 from planner_app.agents.llm.messages import ChatModel, LlmNotConfigured, Message
-from planner_app.agents.loop import AgentSpec, LoopEvent, LoopResult, LoopServices, run_agent_loop
+from planner_app.agents.loop import AgentSpec, LoopResult, LoopServices, run_agent_loop
+from planner_app.agents.loop_events import LoopEvent
 from planner_app.models import Agent
 from tools_app.site_engine import get_engine
 from traces_app.ingest.recording import record_invocations

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from planner_app.agents.llm.messages import Message
-from planner_app.agents.loop import LoopEvent, LoopResult
+from planner_app.agents.loop import LoopResult
+from planner_app.agents.loop_events import LoopEvent
 from planner_app.agents.site_agents import run_agent
 from planner_app.models import Agent
 from tests.planner_app.conftest import in_site_registry

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from planner_app.agents.loop import LoopEvent
+from planner_app.agents.loop_events import LoopEvent
 from planner_app.agents.plan_agent import PlanAgentResult, run_plan_agent
 from planner_app.models import Agent
 from tests.planner_app.fake_llm import FakeLlm, fail, say

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from planner_app.agents.llm.messages import Message
-from planner_app.agents.loop import LoopEvent, ModelTurn, ToolFinished
+from planner_app.agents.loop_events import LoopEvent, ModelTurn, ToolFinished
 from planner_app.agents.plan_agent import run_plan_agent
 from planner_app.agents.site_agents import run_agent
 from planner_app.models import Agent, Workflow, WorkflowRun
