@@ -64,7 +64,7 @@ def trace_status(failed_calls: int, stopped_calls: int) -> str:
 
 
 class Dialect(models.TextChoices):
-    """Which OpenTelemetry attribute convention reported a trace's spans (traces_app.otlp)."""
+    """Which OpenTelemetry attribute convention reported a trace's spans (ingest/otlp_dialects)."""
 
     GENAI = "genai", "OpenTelemetry GenAI"
     OPENINFERENCE = "openinference", "OpenInference"
@@ -475,8 +475,8 @@ class Invocation(models.Model):
         default=list, blank=True, help_text="Lossless fixes made to the arguments before the call"
     )
     received_at = models.DateTimeField(default=timezone.now)
-    # OTLP agent attribution (traces_app.otlp). Set after the insert, and only on the few
-    # spans that need it, so ingest writes no more for the rest: database defaults.
+    # OTLP agent attribution (ingest/agent_attribution.py). Set after the insert, and only
+    # on the few spans that need it, so ingest writes no more for the rest: database defaults.
     names_agent = models.CharField(
         max_length=200,
         blank=True,

@@ -1,9 +1,10 @@
 """Failure spirals in stored traces: read a trace's calls, apply the rule, store what it finds.
 
-The rule itself is plain data in spirals.py; this is where it meets the database: which
-traces new spans may have changed (spiral_candidates), detection for one trace, the
-periodic rescan, and the LLM turns that a spiral's calls cost. Ingest (services.py), the
-beat (tasks.py) and the agent loop's breaker all use it, so it imports neither of them.
+The rule itself is plain data in spirals/detection.py; this is where it meets the
+database: which traces new spans may have changed (spiral_candidates), detection for one
+trace, the periodic rescan, and the LLM turns that a spiral's calls cost. Ingest
+(ingest/recording.py), the beat (tasks.py) and the agent loop's breaker all use it, so it
+imports neither of them.
 """
 
 from __future__ import annotations
