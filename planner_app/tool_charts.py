@@ -1,16 +1,23 @@
-"""The charts of the tools and evidence pages, each with the numbers it shows."""
+"""The charts of the tools and evidence pages, each with the numbers it shows.
+
+Core: it reads the plain records the pages load (evidence, range totals) and builds
+charts; the record types are imported for the type checker only, so no Django here.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from planner_app.evidence import BucketScore, CapabilityEvidence
 from traces_app.charts import Chart, latency_bin_label, make_chart
 from traces_app.rollups.histogram import bin_bounds
-from traces_app.rollups.range_totals import ToolTotals
-from traces_app.rollups.ranges import TimeRange
+
+if TYPE_CHECKING:
+    from planner_app.evidence import BucketScore, CapabilityEvidence
+    from traces_app.rollups.range_totals import ToolTotals
+    from traces_app.rollups.ranges import TimeRange
 
 
 def _when(moment: datetime) -> str:

@@ -1,4 +1,4 @@
-"""The built-in tools, one module each; builtin_specs() gives their contracts as configured."""
+"""The built-in tools' contracts, as the site's settings configure them (allowed hosts, SearXNG)."""
 
 from __future__ import annotations
 

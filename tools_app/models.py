@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
-from tools_app.builtins import builtin_specs
+from tools_app.configured_builtins import builtin_specs
 from traces_app.ingest.redaction import is_secret_key
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 from pydantic import ValidationError
 
-from tools_app.builtins import builtin_specs
+from tools_app.configured_builtins import builtin_specs
 from tools_app.engine import ToolEngine
 from tools_app.models import McpServer, ToolSetting
 from tools_app.registry import ToolRegistry

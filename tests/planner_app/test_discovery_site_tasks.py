@@ -19,7 +19,7 @@ import pytest
 from planner_app.discovery import BenchQuery, Routing, ToolRouter
 from planner_app.discovery.catalogue import load_catalogue, load_queries
 from planner_app.discovery.site_router import catalogue_from_specs
-from tools_app.builtins import builtin_specs
+from tools_app.configured_builtins import builtin_specs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "discovery"
 CATALOGUE = load_catalogue(DATA / "site-catalogue.json")

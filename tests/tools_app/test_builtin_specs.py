@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools_app.builtins import builtin_specs
+from tools_app.configured_builtins import builtin_specs
 from tools_app.specs import LLM_NAME_PATTERN, ToolSpec
 from tools_app.validation import validator_for
 
