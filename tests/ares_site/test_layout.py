@@ -42,7 +42,6 @@ from django.urls.resolvers import RoutePattern
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("ares_site", "planner_app", "tools_app", "traces_app")  # top first
-APPS = LAYERS
 
 # The modules without Django. A name ending in ".*" is a package and all its modules.
 CORE = (
@@ -95,7 +94,7 @@ URL_INCLUDES_ALLOWED = ("admin", "api-v1")  # the namespaces of the admin's and 
 def project_modules() -> dict[str, Path]:
     """Return every module of the site and the apps (migrations left out) by its dotted name."""
     modules = {}
-    for app in APPS:
+    for app in LAYERS:
         for path in sorted((ROOT / app).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             if "migrations" in parts:
