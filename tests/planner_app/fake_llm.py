@@ -97,7 +97,9 @@ class FakeLlm:
         handler = type("Handler", (_Handler,), {"llm": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: 0.5 s by default, in every test using it.
+        serve = {"poll_interval": 0.05}
+        threading.Thread(target=self.server.serve_forever, kwargs=serve, daemon=True).start()
         return self
 
     def stop(self) -> None:
