@@ -50,15 +50,14 @@ from ingest import (
     BIN,
     DEFAULT_POSTGRES_URL,
     ROOT,
-    BenchError,
     free_port,
     gunicorn_command,
     manage,
-    process_tree,
-    read_processes,
     server_env,
     wait_until_ready,
 )
+from ingest_load import BenchError
+from server_sampling import process_tree, read_processes
 
 from traces_app.demo_spans import demo_spans
 
