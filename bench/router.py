@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import sys
@@ -42,19 +41,33 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from figures import percentile  # noqa: E402  (bench/ is the script's own folder)
-from minilm import MiniLMBackend, minilm_torch  # noqa: E402
 from router_datasets import DATASETS, stabletoolbench_servers  # noqa: E402
+from router_measures import (  # noqa: E402
+    SPLITS,
+    Figures,
+    by_query,
+    by_tool_request,
+    ceiling,
+    measure,
+    schema_tokens,
+    split_of,
+    with_interval,
+)
+from router_methods import (  # noqa: E402
+    DEFAULT,
+    DEFAULT_FUSION_WEIGHTS,
+    OLD_DEFAULT,
+    SEMANTIC_MODELS,
+    CachedBackend,
+    Method,
+    methods,
+)
 
 from planner_app.discovery.backends import (  # noqa: E402
-    Backend,
-    TfidfEncoder,
-    WordLlamaBackend,
     load_wordllama,
     semantic_available,
 )
@@ -68,358 +81,15 @@ from planner_app.discovery.catalogue import (  # noqa: E402
 )
 from planner_app.discovery.router import (  # noqa: E402
     Combination,
-    Fusion,
     RouterSettings,
-    Routing,
-    SearchMode,
     ServerScoring,
     ToolRouter,
 )
-from planner_app.discovery.text import analyze  # noqa: E402
 
 BENCH_DATA = ROOT.parent / "shared" / "bench-data"
 SITE_DATA = ROOT / "tests" / "data" / "discovery"
 DISTRACTORS = (0, 100, 400, 811)
 NEVER_TUNED = {"bfcl-unseen"}  # only tested on: the selection never picks by it
-
-
-class PlainTfidfEncoder(TfidfEncoder):
-    def encode_queries(self, texts: Sequence[str]) -> Any:
-        return self.encode(texts)  # plain: requests weighted like documents
-
-
-class PlainTfidfBackend:
-    """The baseline: scikit-learn's TF-IDF with its own tokenizer and English stop words."""
-
-    name = "plain-tfidf"
-
-    def fit(self, documents: Sequence[str]) -> TfidfEncoder:
-        return PlainTfidfEncoder(TfidfVectorizer(stop_words="english").fit(documents))
-
-
-@dataclass
-class Figures:
-    recall_1: float
-    recall_5: float
-    hit_1: float
-    hit_5: float
-    p50_ms: float
-    p95_ms: float
-    cpu_p95_ms: float
-    fallbacks: int
-    complete_5: int  # queries with every expected tool in the top 5
-    schema_tokens: float  # per query: the estimated schema tokens of the tools returned
-    # Per query, for confidence intervals and the gate: recall@1, recall@5, hit@5, and
-    # the best fit score and semantic score among the 5 returned (what the gate reads);
-    # then whether a miss returned a near namesake of an expected tool (near_namesake).
-    per_query: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 6)))
-
-
-def measure(
-    search: Callable[[BenchQuery], Routing],
-    queries: tuple[BenchQuery, ...],
-    schema_tokens: dict[str, int] | None = None,
-) -> Figures:
-    """Run every query through `search` and return its recall, hit rate and latency."""
-    rows = []
-    timings, cpu_timings = [], []
-    fallbacks = complete = tokens = 0
-    for query in queries:
-        start, cpu_start = time.perf_counter(), time.thread_time()
-        routing = search(query)
-        timings.append((time.perf_counter() - start) * 1000)
-        cpu_timings.append((time.thread_time() - cpu_start) * 1000)
-        fallbacks += routing.mode == "flat_fallback"
-        tokens += sum((schema_tokens or {}).get(m.tool, 0) for m in routing.matches[:5])
-        found = {}
-        for k in (1, 5):
-            top = routing.matches[:k]
-            found[k] = sum(any(e.matches(m.server, m.tool) for m in top) for e in query.expected)
-        complete += found[5] == len(query.expected)
-        best = max((m.fit_score for m in routing.matches[:5]), default=0.0)
-        share = [found[k] / len(query.expected) for k in (1, 5)]
-        semantic = max((m.semantic_score or 0.0 for m in routing.matches[:5]), default=0.0)
-        namesake = not found[5] and near_namesake(routing, query)
-        rows.append((*share, found[5] > 0, best, found[1] > 0, semantic, namesake))
-    table = np.array(rows, dtype=np.float64)
-    return Figures(
-        table[:, 0].mean(),
-        table[:, 1].mean(),
-        table[:, 4].mean(),
-        table[:, 2].mean(),
-        percentile(timings, 0.5),
-        percentile(timings, 0.95),
-        percentile(cpu_timings, 0.95),
-        fallbacks,
-        complete,
-        tokens / len(queries),
-        table[:, [0, 1, 2, 3, 5, 6]],
-    )
-
-
-def near_namesake(routing: Routing, query: BenchQuery) -> bool:
-    """Return whether a returned tool's name shares at least half its words with an
-    expected tool's (`hotel.book` for `book_hotel`, `Generate QR Code` for `Qr Code Gen`).
-
-    A rough count of misses that are near duplicates the request cannot tell apart: the
-    data sets expect one of several tools that do the same thing.
-    """
-    returned = [set(analyze(match.tool)) for match in routing.matches[:5]]
-    expected = [set(analyze(e.tool)) for e in query.expected]
-    return any(len(a & b) >= 0.5 * len(a | b) for a in returned for b in expected if a | b)
-
-
-def ceiling(queries: Sequence[BenchQuery]) -> tuple[float, float]:
-    """Return the highest recall@1 and recall@5 any router can get: min(k, |E|) / |E|."""
-    sizes = np.array([len(q.expected) for q in queries], dtype=np.float64)
-    return float(np.mean(1 / sizes)), float(np.mean(np.minimum(5, sizes) / sizes))
-
-
-def interval(values: np.ndarray, resamples: int = 2000) -> tuple[float, float]:
-    """Return the 95% bootstrap percentile interval of the mean of per-query values."""
-    rng = np.random.default_rng(14)  # fixed: the same data gives the same interval
-    picks = rng.integers(0, len(values), size=(resamples, len(values)))
-    means = values[picks].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def with_interval(values: np.ndarray) -> str:
-    low, high = interval(values)
-    return f"{values.mean():.3f} [{low:.3f}, {high:.3f}]"
-
-
-def by_query(search: Callable[..., Routing]) -> Callable[[BenchQuery], Routing]:
-    """Return a search of the query's whole text, as both the server and the tool text."""
-    return lambda query: search(query.query, limit=5)
-
-
-def by_tool_request(search: Callable[..., Routing]) -> Callable[[BenchQuery], Routing]:
-    """Return a search of the <tool_request> an agent in active mode would write."""
-
-    def run(query: BenchQuery) -> Routing:
-        if query.tool_request is None:
-            raise ValueError(f"query {query.id} has no tool_request: the active strategy needs one")
-        server, tool = query.tool_request
-        return search(tool, server, limit=5)
-
-    return run
-
-
-def schema_tokens(servers: Sequence[Server]) -> dict[str, int]:
-    """Return each tool's estimated schema tokens: its OpenAI definition, 4 characters a token.
-
-    The catalogue format has no parameter schemas: each parameter counts as a string with
-    its description.
-    """
-    tokens = {}
-    for server in servers:
-        for tool in server.tools:
-            properties = {
-                name: {"type": "string", "description": text} if text else {"type": "string"}
-                for name, text in tool.parameters
-            }
-            definition = {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": {"type": "object", "properties": properties},
-                },
-            }
-            tokens[tool.name] = (len(json.dumps(definition)) + 3) // 4
-    return tokens
-
-
-SPLITS = ("tune", "held-out")
-MIN_TOOLS = 20  # two-stage "covering": servers until they hold this many tools
-
-
-def split_of(query: BenchQuery) -> str:
-    """Return the query's split, from a hash of its id: the same on every run and machine."""
-    digest = hashlib.sha256(query.id.encode()).digest()[0]
-    return SPLITS[digest % 2]
-
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    flat: bool
-    backend: Callable[[], Any] | None = None  # the lexical slot: None for the router's TF-IDF
-    semantic: bool = False
-    model: Callable[[], Backend] = WordLlamaBackend  # the semantic slot's, when semantic
-    min_tools: int = 0
-    semantic_weight: float = 1.4
-    per_step: bool = False
-    fusion: Fusion = Fusion.ZSCORE
-    bm25_weight: float = 0.5
-    sentences: bool = True
-
-    def build(self, servers: Sequence[Server], settings: RouterSettings) -> ToolRouter:
-        backend = self.backend() if self.backend else None
-        semantic = self.model() if self.semantic else None
-        settings = dataclasses.replace(
-            settings,
-            min_tools=self.min_tools,
-            semantic_weight=self.semantic_weight,
-            search=SearchMode.FLAT if self.flat else SearchMode.TWO_STAGE,
-            per_step=self.per_step,
-            fusion=self.fusion,
-            bm25_weight=self.bm25_weight,
-            semantic_sentences=self.sentences,
-        )
-        return ToolRouter(servers, settings, backend, semantic)
-
-
-DEFAULT = "default: flat, TF-IDF + BM25 + wordllama (z-scores 1 / 0.5 / 1.4, sentences)"
-OLD_DEFAULT = "old default: flat + wordllama (RRF, weight 0.25)"
-
-
-class CachedEncoder:
-    """An encoder that remembers the documents' rows, so methods sharing a model encode a
-    catalogue once; requests are encoded every time (their CPU time is measured)."""
-
-    def __init__(self, encoder: Any, rows: dict[str, np.ndarray]) -> None:
-        self._encoder, self._rows = encoder, rows
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._rows))
-        if missing:
-            self._rows.update(zip(missing, np.asarray(self._encoder.encode(missing)), strict=True))
-        return np.stack([self._rows[t] for t in texts]) if texts else np.zeros((0, 1))
-
-    def encode_queries(self, texts: Sequence[str]) -> Any:
-        return self._encoder.encode_queries(texts)
-
-
-@dataclass(frozen=True)
-class CachedBackend:
-    """A sentence-embedding model whose document rows are kept across builds in this process.
-
-    The first build of a catalogue encodes it (its time is the build time reported for every
-    method of this model, `first_build_s`); the others reuse the rows.
-    """
-
-    name: str
-    factory: Callable[[], Backend]
-    rows: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
-    first_build_s: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)
-
-    def __call__(self) -> CachedBackend:
-        return self
-
-    def fit(self, documents: Sequence[str]) -> CachedEncoder:
-        return CachedEncoder(self.factory().fit(documents), self.rows)
-
-
-# Sentence-embedding models measured with --semantic (bench/minilm.py), not the site's.
-SEMANTIC_MODELS: dict[str, Callable[[], Backend]] = {
-    "minilm": MiniLMBackend,  # NumPy forward pass
-    "minilm-torch": minilm_torch,  # the reference: sentence-transformers
-}
-DEFAULT_FUSION_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
-QUICK_METHODS = (
-    "flat, TF-IDF + BM25 (z-scores 1 / 0.5): the default without wordllama",
-    OLD_DEFAULT,
-    DEFAULT,
-)
-
-
-def model_methods(name: str, weights: Sequence[float]) -> list[Method]:
-    """Return a sentence-embedding model's methods: alone, fused with TF-IDF by reciprocal
-    rank at each weight (as the old default), and in wordllama's place in the default."""
-    cached = CachedBackend(name, SEMANTIC_MODELS[name])
-    rrf = {"fusion": Fusion.RRF, "bm25_weight": 0.0, "sentences": False}
-    return [
-        Method(f"{name} alone, flat", True, cached, bm25_weight=0.0),
-        *(
-            Method(
-                f"flat + {name} (RRF, weight {w:g})",
-                True,
-                semantic=True,
-                model=cached,
-                semantic_weight=w,
-                **rrf,
-            )
-            for w in weights
-        ),
-        Method(
-            f"flat, TF-IDF + BM25 + {name} (z-scores 1 / 0.5 / 1.4, sentences)",
-            True,
-            semantic=True,
-            model=cached,
-        ),
-    ]
-
-
-def methods(
-    models: Sequence[str] = (),
-    weights: Sequence[float] = DEFAULT_FUSION_WEIGHTS,
-    quick: bool = False,
-) -> list[Method]:
-    """Return the compared methods: the standard ones (with `quick`, the lexical default, the
-    old default and the default only), then each sentence-embedding model's."""
-    standard = standard_methods()
-    if quick:
-        standard = [m for m in standard if m.name in QUICK_METHODS]
-    return [*standard, *(m for name in models for m in model_methods(name, weights))]
-
-
-def standard_methods() -> list[Method]:
-    """Return the standard methods; those needing wordllama only when it is installed.
-
-    Fusion weights are TF-IDF's 1, then BM25's, then wordllama's; "sentences": the
-    semantic signal is the mean of the whole request's similarity and its best sentence's.
-    """
-    rrf = {"fusion": Fusion.RRF, "bm25_weight": 0.0, "sentences": False}
-    listed = [
-        Method("baseline: plain TF-IDF, flat", True, PlainTfidfBackend, bm25_weight=0.0),
-        Method("flat, TF-IDF alone", True, bm25_weight=0.0),
-        Method("flat, TF-IDF + BM25 (z-scores 1 / 0.5): the default without wordllama", True),
-        Method("two-stage", False),
-        Method(f"two-stage, servers until {MIN_TOOLS} tools", False, min_tools=MIN_TOOLS),
-        Method("flat, TF-IDF + BM25, per step", True, per_step=True),
-    ]
-    if not semantic_available():
-        print("wordllama is not installed: the semantic methods are left out")
-        return listed
-    return [
-        *listed,
-        Method("wordllama alone, flat", True, WordLlamaBackend, bm25_weight=0.0),
-        Method(OLD_DEFAULT, True, semantic=True, semantic_weight=0.25, **rrf),
-        Method(
-            "flat + wordllama (RRF, weight 0.25, sentences)",
-            True,
-            semantic=True,
-            semantic_weight=0.25,
-            **{**rrf, "sentences": True},
-        ),
-        Method(
-            "flat + wordllama (z-scores 1 / 1.4)",
-            True,
-            semantic=True,
-            bm25_weight=0.0,
-            sentences=False,
-        ),
-        Method(
-            "flat + wordllama (z-scores 1 / 1.4, sentences)", True, semantic=True, bm25_weight=0.0
-        ),
-        Method(DEFAULT, True, semantic=True),
-        Method(
-            "flat, TF-IDF + BM25 + wordllama (z-scores 1 / 1 / 2.5, sentences)",
-            True,
-            semantic=True,
-            bm25_weight=1.0,
-            semantic_weight=2.5,
-        ),
-        Method(f"{DEFAULT}, per step", True, semantic=True, per_step=True),
-        Method("two-stage + wordllama (z-scores)", False, semantic=True),
-        Method(
-            f"two-stage + wordllama (z-scores), servers until {MIN_TOOLS} tools",
-            False,
-            semantic=True,
-            min_tools=MIN_TOOLS,
-        ),
-    ]
 
 
 @dataclass
