@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 dev: $(VENV)/.dev
 
 # The tests' toolchain (pytest, Playwright, ruff...) and the instrumentation libraries whose
-# README setups tests/otlp_libraries/ runs.
+# setups in docs/opentelemetry.md that tests/otlp_libraries/ runs.
 $(VENV)/.dev: $(VENV)/.installed
 	@echo "== installing the test toolchain and the OTLP instrumentation libraries"
 	$(BIN)/pip install --quiet --progress-bar off -e '.[dev,otel-libraries]'

@@ -1,4 +1,4 @@
-"""Run one README setup in this process and write the spans its SDK finished as JSON.
+"""Run one setup of docs/opentelemetry.md in this process; write the spans its SDK finished as JSON.
 
     python run_setup.py setups/openinference_openai.py spans.json
 

@@ -1,8 +1,8 @@
-"""The README's OTLP setups, run as written with the real libraries, round-trip exactly.
+"""The setups of docs/opentelemetry.md, run as written with the real libraries, round-trip exactly.
 
-Each setup (tests/otlp_libraries/setups/, shown verbatim in the README) drives the real
-`openai` client or framework against the scripted OpenAI-compatible server, runs two tools
-and exports through the library's real OTLP/HTTP exporter to the live server. It runs in
+Each setup (tests/otlp_libraries/setups/, shown verbatim in docs/opentelemetry.md) drives the
+real `openai` client or framework against the scripted OpenAI-compatible server, runs two
+tools and exports through the library's real OTLP/HTTP exporter to the live server. It runs in
 a process of its own (run_setup.py), which also keeps the spans the SDK finished in an
 in-memory exporter; every field is then compared with what the REST API returns, and
 each LLM span's stored exchange with what the trace page shows of it.
@@ -31,7 +31,7 @@ from traces_app.timeline import llm_exchange
 
 HERE = Path(__file__).parent
 SETUPS = HERE / "setups"
-README = HERE.parents[1] / "docs" / "opentelemetry.md"
+OTEL_PAGE = HERE.parents[1] / "docs" / "opentelemetry.md"
 MODEL = "gpt-4o-mini"
 # The model's two turns: both tools at once, then the answer; with the usage it reports.
 USAGE = [(51, 17), (90, 14)]
@@ -269,10 +269,11 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("name", LIBRARIES)
-def test_the_readme_shows_each_setup_as_the_tests_run_it(name):
+def test_the_docs_show_each_setup_as_the_tests_run_it(name):
     setup = (SETUPS / LIBRARIES[name].setup).read_text()
-    assert setup in README.read_text(), f"README.md lacks {LIBRARIES[name].setup} as it is"
+    page = OTEL_PAGE.read_text()
+    assert setup in page, f"docs/opentelemetry.md lacks {LIBRARIES[name].setup} as it is"
 
 
-def test_the_readme_shows_the_tools_the_setups_import():
-    assert (SETUPS / "weather.py").read_text() in README.read_text()
+def test_the_docs_show_the_tools_the_setups_import():
+    assert (SETUPS / "weather.py").read_text() in OTEL_PAGE.read_text()
