@@ -22,8 +22,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from traces_app.http.paging import filter_moment
 from traces_app.ingest.redaction import storable_text
+from traces_app.rollups.ranges import filter_moment
 
 TRACE_ID_PATTERN = r"^[0-9a-fA-F]{32}$"
 SPAN_ID_PATTERN = r"^[0-9a-fA-F]{16}$"

@@ -76,6 +76,7 @@ CORE = (
     "planner_app.tool_charts",
     "traces_app.spirals.detection",
     "traces_app.rollups.histogram",
+    "traces_app.rollups.ranges",
     "traces_app.charts",
     "traces_app.demo_spans",
     "traces_app.http.json_nesting",

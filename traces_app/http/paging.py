@@ -13,18 +13,13 @@ import base64
 import binascii
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import Model, Q, QuerySet
-from django.utils import timezone
 
-# The moments a read filter may name, in UTC: a day inside datetime's years 1 to 9999, so
-# that a filter end, a default window (until - 24h) or an hour bucket around it never
-# overflows. Both databases hold every moment between them.
-EARLIEST_FILTER = datetime(1, 1, 2, tzinfo=UTC)
-LATEST_FILTER = datetime(9999, 12, 30, tzinfo=UTC)
+from traces_app.rollups.ranges import filter_moment
 
 
 class BadCursor(ValueError):
@@ -88,30 +83,6 @@ def decode_cursor(cursor: str, model: type[Model], key: SortKey = NEWEST_FIRST) 
         return key.decode(value), model._meta.pk.to_python(pk)
     except (ValueError, OverflowError, binascii.Error, UnicodeError, ValidationError):
         raise BadCursor("cursor is not one this site handed out") from None
-
-
-def aware(moment: datetime) -> datetime:
-    """Return the datetime, read as UTC when it came without a time zone."""
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
-
-
-def filter_moment(moment: datetime) -> datetime:
-    """Return a filter's moment in UTC (UTC when it has no zone), or raise ValueError.
-
-    PostgreSQL refuses a UTC offset beyond +/-15:59 (Python allows +/-23:59), and a
-    moment near year 1 or 9999 can leave datetime's range once moved to UTC; both would
-    fail the query with a 500, so they are normalized or refused here.
-    """
-    try:
-        moment = aware(moment).astimezone(UTC)
-    except OverflowError:
-        raise ValueError(f"{moment.isoformat()} is out of range once converted to UTC") from None
-    if not EARLIEST_FILTER <= moment <= LATEST_FILTER:
-        raise ValueError(
-            f"{moment.isoformat()} is out of range: use a moment between "
-            f"{EARLIEST_FILTER:%Y-%m-%d} and {LATEST_FILTER:%Y-%m-%d} UTC"
-        )
-    return moment
 
 
 def keyset_page(

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from traces_app.http.paging import filter_moment
+# The moments a read filter may name, in UTC: a day inside datetime's years 1 to 9999, so
+# that a filter end, a default window (until - 24h) or an hour bucket around it never
+# overflows. Both databases hold every moment between them.
+EARLIEST_FILTER = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_FILTER = datetime(9999, 12, 30, tzinfo=UTC)
+
 
 PRESETS: dict[str, tuple[timedelta, str]] = {
     "1h": (timedelta(hours=1), "last hour"),
@@ -129,3 +134,27 @@ def range_context(params: Mapping[str, str], now: datetime) -> dict[str, object]
         "range_error": error,
         "range_presets": list(PRESETS),
     }
+
+
+def aware(moment: datetime) -> datetime:
+    """Return the datetime, read as UTC when it came without a time zone."""
+    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+
+
+def filter_moment(moment: datetime) -> datetime:
+    """Return a filter's moment in UTC (UTC when it has no zone), or raise ValueError.
+
+    PostgreSQL refuses a UTC offset beyond +/-15:59 (Python allows +/-23:59), and a
+    moment near year 1 or 9999 can leave datetime's range once moved to UTC; both would
+    fail the query with a 500, so they are normalized or refused here.
+    """
+    try:
+        moment = aware(moment).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{moment.isoformat()} is out of range once converted to UTC") from None
+    if not EARLIEST_FILTER <= moment <= LATEST_FILTER:
+        raise ValueError(
+            f"{moment.isoformat()} is out of range: use a moment between "
+            f"{EARLIEST_FILTER:%Y-%m-%d} and {LATEST_FILTER:%Y-%m-%d} UTC"
+        )
+    return moment

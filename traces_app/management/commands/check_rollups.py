@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from traces_app.http.paging import filter_moment
 from traces_app.rollups.checking import check_rollups
+from traces_app.rollups.ranges import filter_moment
 
 
 class Command(BaseCommand):
