@@ -494,6 +494,14 @@ def thinking_model(fake_llm: FakeLlm) -> threading.Event:
     return release
 
 
+def wait_until_thinking(fake_llm: FakeLlm) -> None:
+    """Wait until the model holds the task's request: only then is the task thinking."""
+    deadline = time.monotonic() + 30
+    while not fake_llm.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fake_llm.requests, "the task never asked the model"
+
+
 def test_stop_ends_a_task_whose_model_is_thinking_as_cancelled(
     staff: Client, tutor: Agent, fake_llm: FakeLlm
 ) -> None:
@@ -502,6 +510,7 @@ def test_stop_ends_a_task_whose_model_is_thinking_as_cancelled(
     accepted = next(stream)
     trace_id = accepted["trace_id"]
     assert next(stream)["type"] == "started"
+    wait_until_thinking(fake_llm)
     response = staff.post(STOP, {"trace_id": trace_id})
     assert response.status_code == 202 and response.json() == {
         "trace_id": trace_id, "stop": "requested"
@@ -525,6 +534,7 @@ def test_closing_the_stream_stops_its_task(staff: Client, tutor: Agent, fake_llm
     stream = frames(response)
     trace_id = next(stream)["trace_id"]
     assert next(stream)["type"] == "started"
+    wait_until_thinking(fake_llm)
     stream.close()
     response.close()  # what the server does when the page goes away mid-stream
     worker = next(t for t in threading.enumerate() if t.name == f"sandbox-{trace_id[:8]}")
