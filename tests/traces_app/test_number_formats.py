@@ -77,6 +77,8 @@ def visible_numbers(page: str) -> list[str]:
     text = html.unescape(re.sub(r"<[^>]+>", " ", page))
     text = re.sub(r"\d{4}-\d{2}-\d{2}|\d{2}-\d{2}|\d{2}:\d{2}(:\d{2}(\.\d+)?)?", " ", text)
     text = re.sub(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", " ", text)
+    # A random span or trace id is all digits now and then (16 or 32 of them): an id too.
+    text = re.sub(r"\b(\d{16}|\d{32})\b", " ", text)
     return re.findall(r"(?<![\d,.])\d{4,}", text)
 
 
