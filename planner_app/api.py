@@ -1,4 +1,5 @@
-"""REST endpoints of the planner: plan a request, execute through the Bridge, chat with agents."""
+"""REST endpoints of the planner: plan a request, route it to tools, execute through the
+Bridge, chat with agents."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
-from pydantic import StrictBool, field_validator
+from pydantic import ConfigDict, StrictBool, StrictInt, field_validator
 
 from planner_app import bridge
 from planner_app.agents.llm.messages import LlmNotConfigured, Message
 from planner_app.agents.site_agents import model_name, run_agent
+from planner_app.discovery.backends import BackendUnavailable
+from planner_app.discovery.site_router import get_router
 from planner_app.models import Agent
 from planner_app.services import plan_request
 from tools_app.engine import CallContext
@@ -48,6 +51,79 @@ class BridgeExecuteIn(Schema):
 )
 def create_plan(request: HttpRequest, payload: PlanIn) -> dict[str, Any]:
     return plan_request(payload.request).as_dict()
+
+
+class RouteIn(Schema):
+    tool: str = Field(min_length=1, max_length=4000, description="The tool asked for, in words")
+    server: str = Field(default="", max_length=4000, description="The server asked for, if any")
+    limit: StrictInt | None = Field(
+        default=None, ge=1, le=20, description="Tools to offer (default ARES_ROUTER_TOP_TOOLS)"
+    )
+
+    @field_validator("tool")
+    @classmethod
+    def _has_words(cls, tool: str) -> str:
+        if not tool.strip():
+            raise ValueError("the tool text must have some words")
+        return tool
+
+
+class RoutedToolOut(Schema):
+    # Open: a field the router adds shows up without a change here.
+    model_config = ConfigDict(extra="allow")
+
+    server: str
+    tool: str
+    score: float
+    server_score: float
+    tool_score: float
+    semantic_score: float | None = None
+    placed_by: str | None = Field(
+        default=None, description="What put it there: history, description or new tool slot"
+    )
+    why: str | None = Field(default=None, description="The same, in words, with the evidence")
+    history_score: float | None = None
+    succeeded_like: int | None = Field(
+        default=None, description="Past requests like this one it served"
+    )
+    failed_like: int | None = Field(
+        default=None, description="Past requests like this one it failed"
+    )
+    closest: str | None = Field(default=None, description="The most similar past request")
+    closest_similarity: float | None = None
+
+
+class RoutedServerOut(Schema):
+    server: str
+    score: float
+
+
+class RoutingOut(Schema):
+    model_config = ConfigDict(extra="allow")
+
+    mode: str = Field(description="flat, two_stage or flat_fallback")
+    cached: bool
+    steps: list[str] | None = Field(default=None, description="The steps routed one by one")
+    servers: list[RoutedServerOut] = Field(description="Stage 1's kept servers (none when flat)")
+    tools: list[RoutedToolOut] = Field(description="The tools offered, best first")
+    history: dict[str, Any] | None = Field(
+        default=None, description="The recorded outcomes the router learned from"
+    )
+
+
+@router.post(
+    "/planner/route",
+    auth=ApiKeyAuth("plan"),
+    response=responses(RoutingOut, *WITH_BODY),
+    exclude_none=True,
+    summary="Route a tool request: the tools discovery would offer, each with why",
+)
+def route_request(request: HttpRequest, payload: RouteIn) -> dict[str, Any]:
+    try:
+        routing = get_router().search(payload.tool, payload.server, limit=payload.limit)
+    except BackendUnavailable as exc:
+        raise HttpError(503, f"the router cannot run: {exc}") from None
+    return routing.explain()
 
 
 @router.post(

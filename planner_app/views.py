@@ -16,6 +16,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from planner_app import backtest, bridge, sandbox_stream
 from planner_app.agents.sandbox_runner import LLM_MODES, MODES, llm_problem_of
 from planner_app.agents.site_agents import HOW_TO_CONFIGURE
+from planner_app.discovery.backends import BackendUnavailable
+from planner_app.discovery.site_router import get_router
 from planner_app.forms import MAX_HISTORY_CHARS, MAX_HISTORY_MESSAGES, SandboxForm
 from planner_app.models import Agent, IntentRule, RuleSetVersion, Workflow
 from planner_app.pipeline.planner import Plan
@@ -64,6 +66,14 @@ def explained(plan: Plan) -> dict[str, Any]:
     }
 
 
+def routed(text: str) -> dict[str, Any]:
+    """Return the tools the router would offer for the request (as discovery does), or why not."""
+    try:
+        return {"routing": get_router().search(text).explain()}
+    except BackendUnavailable as exc:
+        return {"routing_error": f"The router cannot run: {exc}"}
+
+
 def as_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
@@ -95,7 +105,7 @@ def try_planner(request: HttpRequest) -> HttpResponse:
         ]
     else:
         plan = plan_request(text)
-    context.update(explained(plan))
+    context.update(explained(plan), **routed(text))
     context["rules_matched"] = with_admin_links(context["rules_matched"])
     return render(request, "planner_app/try.html", context)
 

@@ -21,6 +21,7 @@ BODY_OPERATIONS = [
     pytest.param("/tools/calculator/execute", id="execute a tool"),
     pytest.param("/execute", id="execute through the Bridge"),
     pytest.param("/plan", id="plan"),
+    pytest.param("/planner/route", id="route a tool request"),
     pytest.param("/chat", id="chat"),
 ]
 NOT_OBJECTS = [

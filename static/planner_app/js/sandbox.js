@@ -75,8 +75,8 @@
     item.append(el("div", "step-label", label), payloadBlock(label, value));
   }
 
-  // One request's routing: stage 1's servers, then each tool with its combined score and
-  // the server and tool scores it came from.
+  // One request's routing: stage 1's servers, then each tool with its combined score, the
+  // server and tool scores it came from and, below it, what put it there.
   function routingText(routing) {
     const lines = [routing.mode.replace(/_/g, " ") + (routing.cached ? " (cached)" : "")];
     if (routing.servers.length) {
@@ -84,7 +84,8 @@
     }
     routing.tools.forEach((t) => {
       lines.push(t.tool + " " + t.score.toFixed(3) + " (server " + t.server_score.toFixed(3) +
-        ", tool " + t.tool_score.toFixed(3) + ")");
+        ", tool " + t.tool_score.toFixed(3) + (t.placed_by ? "; " + t.placed_by : "") + ")");
+      if (t.why) lines.push("  why: " + t.why);
     });
     if (!routing.tools.length) lines.push("no tool above the threshold");
     return lines.join("\n");
