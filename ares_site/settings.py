@@ -284,6 +284,18 @@ if ARES_ROUTER_BACKEND == "embeddings" and not ARES_ROUTER_EMBEDDING_MODEL:
         "ARES_ROUTER_BACKEND=embeddings needs ARES_ROUTER_EMBEDDING_MODEL: the directory of a "
         "sentence-transformers model saved on this machine"
     )
+# The router learns from outcomes (planner_app/discovery/site_history.py): the requests each
+# tool served on this site, at most PER_TOOL each, an outcome's weight halving every
+# HALF_LIFE_DAYS. Each process reads new tool spans and scores at most every REFRESH_S
+# seconds, reloads all (at most MAX_OUTCOMES, the newest) every RELOAD_S and after a purge.
+ARES_ROUTER_HISTORY = env_choice("ARES_ROUTER_HISTORY", "on", ("on", "off"))
+ARES_ROUTER_HISTORY_PER_TOOL = env_int("ARES_ROUTER_HISTORY_PER_TOOL", 50, minimum=1)
+ARES_ROUTER_HISTORY_HALF_LIFE_DAYS = env_float("ARES_ROUTER_HISTORY_HALF_LIFE_DAYS", 30.0)
+if not ARES_ROUTER_HISTORY_HALF_LIFE_DAYS > 0:
+    raise ImproperlyConfigured("ARES_ROUTER_HISTORY_HALF_LIFE_DAYS must be above 0")
+ARES_ROUTER_HISTORY_REFRESH_S = env_float("ARES_ROUTER_HISTORY_REFRESH_S", 15.0, minimum=0)
+ARES_ROUTER_HISTORY_RELOAD_S = env_float("ARES_ROUTER_HISTORY_RELOAD_S", 600.0, minimum=0)
+ARES_ROUTER_HISTORY_MAX_OUTCOMES = env_int("ARES_ROUTER_HISTORY_MAX_OUTCOMES", 50_000, minimum=1)
 # The sandbox chat streams a task for at most this many seconds, then links its trace.
 # Keep it under gunicorn's worker timeout (ares_site/gunicorn.conf.py), as a sync worker
 # streaming longer is killed.
