@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from django.conf import settings
-from django.db import Error, models, transaction
+from django.db import Error, connection, models, transaction
 from django.db.models.functions import Substr
 
 from planner_app.discovery.outcomes import MAX_REQUEST_CHARS, Outcome, OutcomeHistory
@@ -169,10 +169,14 @@ class SiteHistory:
         self.clock = clock
         self.loads = 0
         self._lock = threading.Lock()
-        self.reset()
+        self._forget()
 
     def reset(self) -> None:
         """Forget everything: the next refresh reloads from the database."""
+        with self._lock:
+            self._forget()
+
+    def _forget(self) -> None:
         self.history.replace([])
         self._refreshed_at = -math.inf
         self._loaded_at = -math.inf
@@ -187,6 +191,13 @@ class SiteHistory:
     @property
     def never_refreshed(self) -> bool:
         return self._refreshed_at == -math.inf
+
+    @property
+    def due(self) -> bool:
+        """Whether a refresh would read the database now: on, none running, the interval past."""
+        if settings.ARES_ROUTER_HISTORY != "on" or self._lock.locked():
+            return False
+        return self.clock() - self._refreshed_at >= settings.ARES_ROUTER_HISTORY_REFRESH_S
 
     def refresh(self, force: bool = False) -> bool:
         """Read what changed in the database, at most every REFRESH_S; return if anything did.
@@ -266,8 +277,12 @@ class SiteHistory:
 
     def _new_spans(self) -> list[SpanRow]:
         """Return the spans not seen yet among those from OVERLAP keys below the highest seen."""
-        recent = judging_spans().filter(pk__gt=self._span_mark - OVERLAP).order_by("pk")
-        rows = [row for row in span_rows(recent) if row.pk not in self._seen_spans]
+        mark = self._span_mark
+        window = judging_spans().filter(pk__gt=mark - OVERLAP, pk__lte=mark)
+        late = set(window.values_list("pk", flat=True)) - self._seen_spans  # keys only: cheap
+        recent = judging_spans().filter(models.Q(pk__gt=mark) | models.Q(pk__in=late))
+        bound = settings.ARES_ROUTER_HISTORY_MAX_OUTCOMES  # a burst: the rest next time
+        rows = list(span_rows(recent.order_by("pk")[:bound]))
         self._seen_spans.update(row.pk for row in rows)
         self._span_mark = max([self._span_mark, *(row.pk for row in rows)])
         self._seen_spans = {pk for pk in self._seen_spans if pk > self._span_mark - OVERLAP}
@@ -289,6 +304,7 @@ class SiteHistory:
     def _rescored(self, ruleset: RuleSet) -> list[Outcome]:
         """Return the outcomes of the spans that new scores judge, recomputed."""
         recent = Score.objects.filter(pk__gt=self._score_mark - OVERLAP).order_by("pk")
+        recent = recent[: settings.ARES_ROUTER_HISTORY_MAX_OUTCOMES]
         calls = set()
         for pk, trace_id, span_id in recent.values_list("pk", "trace_id", "span_id").iterator():
             self._score_mark = max(self._score_mark, pk)
@@ -330,6 +346,28 @@ def site_history() -> OutcomeHistory:
 def refresh_site_history(force: bool = False) -> bool:
     """Bring this process's history up to date (time-gated unless forced); return if it changed."""
     return _the_site().refresh(force)
+
+
+def refresh_site_history_in_background() -> threading.Thread | None:
+    """Start a refresh in a thread of its own when one is due, so that no routing waits for it.
+
+    A full reload reads up to ARES_ROUTER_HISTORY_MAX_OUTCOMES spans, seconds at 50,000.
+    Return the thread, or None when no refresh is due.
+    """
+    site = _the_site()
+    if not site.due:
+        return None
+    thread = threading.Thread(target=_refresh_and_close, args=(site,), name="site-history")
+    thread.daemon = True  # a process exiting does not wait for it
+    thread.start()
+    return thread
+
+
+def _refresh_and_close(site: SiteHistory) -> None:
+    try:
+        site.refresh()
+    finally:
+        connection.close()  # this thread's own connection, which nothing else would close
 
 
 def reset_site_history() -> None:

@@ -9,13 +9,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 
 from planner_app.discovery.outcomes import Outcome
 from planner_app.discovery.site_history import (
     SiteHistory,
     refresh_site_history,
+    refresh_site_history_in_background,
     reset_site_history,
     round_offers,
     site_history,
@@ -121,6 +122,52 @@ def test_the_refresh_is_time_gated_and_reads_only_what_is_new(
     assert [tool for tool, _, _ in kept(site)] == ["calculator", "datetime"]
     clock.now += 15
     assert site.refresh() is False  # nothing new: the overlap read again changes nothing
+    assert site.loads == 1
+
+
+def test_a_burst_of_new_spans_is_read_at_most_the_bound_at_a_time(
+    site: SiteHistory, clock: Clock, settings: Any
+) -> None:
+    settings.ARES_ROUTER_HISTORY_MAX_OUTCOMES = 2
+    site.refresh(force=True)
+    for n in range(3):
+        record(request_text=f"request {n}")
+    clock.now += 15
+    site.refresh()
+    assert len(site.history) == 2
+    clock.now += 15
+    site.refresh()
+    assert len(site.history) == 3
+    assert site.loads == 1
+
+
+@pytest.mark.django_db(transaction=True)  # two writers, each with its own transaction
+def test_a_span_committed_late_under_a_lower_key_is_read(site: SiteHistory, clock: Clock) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has one writer at a time: keys commit in order")
+    stored, commit = threading.Event(), threading.Event()
+
+    def slow_writer() -> None:
+        try:
+            with transaction.atomic():
+                record(tool_name="datetime", request_text="committed late")
+                stored.set()
+                assert commit.wait(10)
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    assert stored.wait(10)
+    record(request_text="committed first")  # a higher key, committed before the lower one
+    site.refresh(force=True)
+    assert [request for _, request, _ in kept(site)] == ["committed first"]
+    commit.set()
+    writer.join(10)
+
+    clock.now += 15
+    assert site.refresh() is True
+    assert [request for _, request, _ in kept(site)] == ["committed first", "committed late"]
     assert site.loads == 1
 
 
@@ -364,3 +411,16 @@ def test_the_site_history_off_reads_nothing(fresh_site_history: None, settings: 
     record()
     assert refresh_site_history(force=True) is False
     assert len(site_history()) == 0
+
+
+@pytest.mark.django_db(transaction=True)  # the refreshing thread reads what this one stored
+def test_a_background_refresh_reads_in_a_thread_of_its_own(
+    fresh_site_history: None, settings: Any
+) -> None:
+    settings.ARES_ROUTER_HISTORY = "on"
+    record()
+    thread = refresh_site_history_in_background()
+    assert thread is not None
+    thread.join(30)
+    assert [o.tool for o in site_history().outcomes()] == ["calculator"]
+    assert refresh_site_history_in_background() is None  # just refreshed: none due
