@@ -18,6 +18,7 @@ pytestmark = pytest.mark.browser
 browser = browser_fixtures.browser
 page = browser_fixtures.page
 staff_page = browser_fixtures.staff_page
+screenshot = browser_fixtures.screenshot
 hostile_tool = explained.hostile_tool
 HOSTILE = explained.HOSTILE
 
@@ -26,10 +27,11 @@ ASK_FOR_A_FORECAST = f"<tool_request>\nserver: weather\ntool: {FORECAST}\n</tool
 
 
 def test_try_the_planner_shows_the_routed_tools_as_text(
-    staff_page: Any, live_server: Any, default_rules: None, hostile_tool: None
+    staff_page: Any, live_server: Any, default_rules: None, hostile_tool: None, screenshot: Any
 ) -> None:
     page = staff_page
     page.goto(f"{live_server.url}/planner/try?request={quote(FORECAST)}")
+    screenshot(page, "try-routed-tools")
     first = page.locator("#routed-tools tbody tr").first
     assert first.locator("td.routed-tool").inner_text() == HOSTILE
     assert first.locator("td").nth(1).inner_text() == "builtin:other"
@@ -39,7 +41,12 @@ def test_try_the_planner_shows_the_routed_tools_as_text(
 
 
 def test_the_sandboxs_discovery_step_shows_each_routed_tool_as_text(
-    staff_page: Any, live_server: Any, settings: Any, fake_llm: FakeLlm, hostile_tool: None
+    staff_page: Any,
+    live_server: Any,
+    settings: Any,
+    fake_llm: FakeLlm,
+    hostile_tool: None,
+    screenshot: Any,
 ) -> None:
     settings.ARES_LLM_BASE_URL, settings.ARES_LLM_MODEL = fake_llm.base_url, "fake-model"
     Agent.objects.create(name="finder", tools=["calculator", HOSTILE], discovery="active")
@@ -54,6 +61,7 @@ def test_the_sandboxs_discovery_step_shows_each_routed_tool_as_text(
     step = page.locator("li.step-tools_discovered")
     routing = step.locator("pre.payload").last.inner_text()
     assert routing.startswith("flat\n") and f"\n{HOSTILE} " in routing
+    screenshot(page, "sandbox-tools-discovered")
     assert step.locator("img").count() == 0
     assert page.evaluate("window.__pwned") is None
     assert_stayed_local(page, live_server)
