@@ -22,9 +22,8 @@ when the index is rebuilt.
 
 from __future__ import annotations
 
+import functools
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -40,6 +39,18 @@ from planner_app.discovery.backends import (
     similarities,
 )
 from planner_app.discovery.catalogue import Server, Tool
+from planner_app.discovery.learned import LearnedIndex, LearnedScores
+from planner_app.discovery.outcomes import DEFAULT_HALF_LIFE_S, Outcome
+from planner_app.discovery.routing import (
+    DESCRIPTION,
+    HISTORY,
+    NEW_TOOL_SLOT,
+    RouteMode,
+    Routing,
+    RoutingCache,
+    ToolMatch,
+    merge_routings,
+)
 from planner_app.discovery.steps import split_sentences, split_steps
 
 
@@ -132,6 +143,15 @@ class RouterSettings:
     # is routed step by step, the answers merged.
     search: SearchMode = SearchMode.FLAT
     per_step: bool = False  # it loses on both tune halves (bench/README.md)
+    # The learned signals' weights beside the description's z-scores (flat search): the
+    # past requests' TF-IDF and their wordllama similarity (bench/README.md, "--history").
+    history_weight: float = 1.0
+    history_semantic_weight: float = 1.0
+    history_half_life_s: float = DEFAULT_HALF_LIFE_S
+    # No rich-get-richer: with history, the last of the top k goes to the best description
+    # match among tools with fewer than `little_history` outcomes, when it is not in already.
+    new_tool_slot: bool = True
+    little_history: int = 3
 
     def __post_init__(self) -> None:
         # Frozen: set through object.__setattr__; a bad enum name raises ValueError.
@@ -149,6 +169,10 @@ class RouterSettings:
             raise ValueError("top_servers and top_tools must be at least 1")
         if self.semantic_weight < 0 or self.bm25_weight < 0:
             raise ValueError("semantic_weight and bm25_weight must not be negative")
+        if self.history_weight < 0 or self.history_semantic_weight < 0:
+            raise ValueError("history_weight and history_semantic_weight must not be negative")
+        if self.history_half_life_s <= 0 or self.little_history < 0:
+            raise ValueError("history_half_life_s must be positive, little_history not negative")
         if self.min_tools < 0 or self.rrf_k < 1:
             raise ValueError("min_tools must not be negative, rrf_k must be at least 1")
         for name in ("server_threshold", "min_score", "min_semantic_score"):
@@ -166,105 +190,14 @@ def _choice(kind: type[StrEnum], value: str) -> Any:
         raise ValueError(f"{value!r} is not a {kind.__name__}: choose {choices}") from None
 
 
-class RouteMode(StrEnum):
-    TWO_STAGE = "two_stage"
-    FLAT = "flat"
-    FLAT_FALLBACK = "flat_fallback"  # two-stage asked, but no server reached the threshold
-
-
-@dataclass(frozen=True)
-class ToolMatch:
-    server: str
-    tool: str
-    description: str
-    score: float
-    server_score: float
-    tool_score: float  # lexical, the gate's
-    semantic_score: float | None = None  # the embedding similarity, with a semantic backend
-
-    @property
-    def fit_score(self) -> float:
-        """Return what the "nothing fits" gate reads: the better lexical score, tool or server."""
-        return max(self.tool_score, self.server_score)
-
-
-@dataclass(frozen=True)
-class Routing:
-    """The answer to one request: the tools, best first, and how they were found."""
-
-    mode: RouteMode
-    matches: tuple[ToolMatch, ...]
-    servers: tuple[tuple[str, float], ...] = ()  # stage 1's kept servers and their scores
-    cached: bool = False  # answered from the router's cache
-    steps: tuple[str, ...] = ()  # the steps routed one by one, when the request had several
-
-    @property
-    def tool_names(self) -> list[str]:
-        return [match.tool for match in self.matches]
-
-    def explain(self) -> dict[str, Any]:
-        """Return how the tools were found, as JSON-ready data for a trace or a page.
-
-        The mode, stage 1's kept servers with their scores (none when flat), and each tool
-        returned with its combined, server and tool score, best first.
-        """
-        return {
-            "mode": str(self.mode),
-            "cached": self.cached,
-            **({"steps": list(self.steps)} if self.steps else {}),
-            "servers": [{"server": name, "score": round(score, 4)} for name, score in self.servers],
-            "tools": [
-                {
-                    "server": match.server,
-                    "tool": match.tool,
-                    "score": round(match.score, 4),
-                    "server_score": round(match.server_score, 4),
-                    "tool_score": round(match.tool_score, 4),
-                    **(
-                        {"semantic_score": round(match.semantic_score, 4)}
-                        if match.semantic_score is not None
-                        else {}
-                    ),
-                }
-                for match in self.matches
-            ],
-        }
-
-
-class RoutingCache:
-    """A bounded map from a request to its routing, least recently used out first; thread-safe.
-
-    A routing is frozen, so a hit hands out the stored one (marked cached) without a copy
-    of its matches.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.hits = self.misses = 0
-        self._entries: OrderedDict[tuple[object, ...], Routing] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: tuple[object, ...]) -> Routing | None:
-        with self._lock:
-            routing = self._entries.get(key)
-            if routing is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return routing
-
-    def put(self, key: tuple[object, ...], routing: Routing) -> None:
-        if self.size == 0:
-            return
-        with self._lock:
-            self._entries[key] = replace(routing, cached=True)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+def _top(scores: np.ndarray, limit: int) -> np.ndarray:
+    """Return the positions of the `limit` best scores above 0, best first."""
+    if len(scores) > limit:
+        order = np.argpartition(-scores, limit - 1)[:limit]
+        order = order[np.argsort(-scores[order], kind="stable")]
+    else:
+        order = np.argsort(-scores, kind="stable")
+    return order[scores[order] > 0]
 
 
 def server_document(server: Server) -> str:
@@ -328,15 +261,20 @@ def reciprocal_rank_fusion(
     return fused
 
 
-def zscore_fusion(*signals: np.ndarray, weights: Sequence[float] | None = None) -> np.ndarray:
+def zscore_fusion(
+    *signals: np.ndarray,
+    weights: Sequence[float] | None = None,
+    standardised: np.ndarray | None = None,
+) -> np.ndarray:
     """Return each item's fused score: the logistic of the weighted sum of standardised scores.
 
     A signal is standardised over the items (mean 0, deviation 1); one that scores every
-    item alike adds nothing. An item no signal scores above 0 (no shared term and no
-    similarity) gets 0: it is no match.
+    item alike adds nothing. `standardised` is a term already on that scale (the learned
+    signals), added as it is. An item no signal scores above 0 (no shared term and no
+    similarity) and that term does not raise gets 0: it is no match.
     """
-    total = np.zeros(len(signals[0]))
-    found = np.zeros(len(signals[0]), dtype=bool)
+    total = np.zeros(len(signals[0])) if standardised is None else standardised.copy()
+    found = total > 0
     for scores, weight in zip(signals, weights or [1.0] * len(signals), strict=True):
         found |= scores > 0
         deviation = scores.std()
@@ -345,16 +283,16 @@ def zscore_fusion(*signals: np.ndarray, weights: Sequence[float] | None = None) 
     return np.where(found, 1.0 / (1.0 + np.exp(-total)), 0.0)
 
 
-def merge_routings(routings: Sequence[Routing], limit: int, steps: tuple[str, ...]) -> Routing:
-    """Return the routings' matches taken in turns, best first, each tool once."""
-    taken: dict[tuple[str, str], ToolMatch] = {}
-    for rank in range(max(len(routing.matches) for routing in routings)):
-        for routing in routings:
-            if rank < len(routing.matches) and len(taken) < limit:
-                match = routing.matches[rank]
-                taken.setdefault((match.server, match.tool), match)
-    servers = tuple(dict.fromkeys(server for routing in routings for server in routing.servers))
-    return Routing(routings[0].mode, tuple(taken.values()), servers, steps=steps)
+@dataclass(frozen=True)
+class _Ranked:
+    """One request's scores over every tool, by the description alone and with history."""
+
+    description: np.ndarray
+    scores: np.ndarray
+    lexical: np.ndarray
+    semantic: np.ndarray | None
+    term: np.ndarray  # the learned term
+    past: LearnedScores
 
 
 class _Index:
@@ -438,15 +376,49 @@ class ToolRouter:
     def tool_count(self) -> int:
         return len(self._tools)
 
-    def route(self, tool: str, server: str = "", *, limit: int | None = None) -> Routing:
+    def learned_index(
+        self, outcomes: Sequence[Outcome], now: float, version: int = 0
+    ) -> LearnedIndex:
+        """Return the past outcomes in this router's text spaces, for route(learned=...).
+
+        An outcome that names its tool without a server counts for every tool of that name.
+        """
+        positions: dict[str, list[int]] = {}
+        for position, (server, tool) in enumerate(self._tools):
+            positions.setdefault(tool.name, []).append(position)
+            positions.setdefault(f"{server.name}/{tool.name}", []).append(position)
+        semantic = self._semantic.encoder if self._semantic is not None else None
+        return LearnedIndex(
+            outcomes,
+            positions,
+            len(self._tools),
+            semantic,
+            half_life_s=self.settings.history_half_life_s,
+            now=now,
+            little_history=self.settings.little_history,
+            version=version,
+        )
+
+    def route(
+        self,
+        tool: str,
+        server: str = "",
+        *,
+        limit: int | None = None,
+        learned: LearnedIndex | None = None,
+    ) -> Routing:
         """Return the best tools for a request as the settings say: flat or two-stage, and
         for a request of several steps, each step's best merged with the whole request's.
 
         The merge takes the whole request's best, then each step's best, then each one's
         second, and so on, skipping tools already taken: every step gets its say in the top
-        k, and a request of one step is searched as it is.
+        k, and a request of one step is searched as it is. `learned` (learned_index()) adds
+        what past requests say to flat search; two-stage search ignores it.
         """
-        search = self.search_flat if self.settings.search == SearchMode.FLAT else self.search
+        if self.settings.search == SearchMode.FLAT:
+            search = functools.partial(self.search_flat, learned=learned)
+        else:
+            search = self.search
         steps = split_steps(tool) if self.settings.per_step else [tool]
         whole = search(tool, server, limit=limit)
         if len(steps) <= 1:
@@ -463,15 +435,25 @@ class ToolRouter:
         key = (RouteMode.TWO_STAGE, tool.strip(), server.strip(), limit or self.settings.top_tools)
         return self.cache.get(key) or self._remember(key, self._search(tool, server, limit))
 
-    def search_flat(self, tool: str, server: str = "", *, limit: int | None = None) -> Routing:
+    def search_flat(
+        self,
+        tool: str,
+        server: str = "",
+        *,
+        limit: int | None = None,
+        learned: LearnedIndex | None = None,
+    ) -> Routing:
         """Return the best tools for a request by matching it against every tool at once."""
+        learned = learned if learned else None  # an index of no outcomes changes nothing
+        version = None if learned is None else (id(learned), learned.version)
         key = (RouteMode.FLAT, tool.strip(), server.strip(), limit or self.settings.top_tools)
-        if (routing := self.cache.get(key)) is not None:
+        if (routing := self.cache.get((*key, version))) is not None:
             return routing
         if not self._tools:
             return Routing(RouteMode.FLAT, ())
-        routing = self._flat(tool.strip() or server, server.strip(), limit, RouteMode.FLAT)
-        return self._remember(key, routing)
+        text, server_text = tool.strip() or server, server.strip()
+        routing = self._flat(text, server_text, limit, RouteMode.FLAT, learned)
+        return self._remember((*key, version), routing)
 
     def _remember(self, key: tuple[object, ...], routing: Routing) -> Routing:
         self.cache.put(key, routing)
@@ -514,12 +496,24 @@ class ToolRouter:
     def _fuse(self, lexical: np.ndarray, semantic: np.ndarray) -> np.ndarray:
         return self._fuse_all([(lexical, 1.0), (semantic, self.settings.semantic_weight)])
 
-    def _fuse_all(self, signals: Sequence[tuple[np.ndarray, float]]) -> np.ndarray:
+    def _fuse_all(
+        self, signals: Sequence[tuple[np.ndarray, float]], learned: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Return the signals fused, with the learned term (already standardised) if any."""
         scores = [score for score, _ in signals]
         weights = [weight for _, weight in signals]
         if self.settings.fusion == Fusion.RRF:
+            if learned is not None:  # ranked like the others: only its positive part counts
+                scores, weights = [*scores, learned], [*weights, 1.0]
             return reciprocal_rank_fusion(self.settings.rrf_k, *scores, weights=weights)
-        return zscore_fusion(*scores, weights=weights)
+        return zscore_fusion(*scores, weights=weights, standardised=learned)
+
+    def _learned_term(self, learned: LearnedScores) -> np.ndarray:
+        """Return the weighted sum of a request's learned signals."""
+        term = self.settings.history_weight * learned.lexical
+        if learned.semantic is not None:
+            term = term + self.settings.history_semantic_weight * learned.semantic
+        return term
 
     def _kept_servers(self, ranking: np.ndarray, lexical_scores: np.ndarray) -> np.ndarray:
         """Return stage 1's servers: the best top_servers, more until min_tools are held.
@@ -543,7 +537,12 @@ class ToolRouter:
         return combined / (settings.server_weight + settings.tool_weight)
 
     def _flat(
-        self, tool_text: str, server_text: str, limit: int | None, mode: RouteMode
+        self,
+        tool_text: str,
+        server_text: str,
+        limit: int | None,
+        mode: RouteMode,
+        learned: LearnedIndex | None = None,
     ) -> Routing:
         text = tool_text if server_text in ("", tool_text) else f"{server_text} {tool_text}"
         query = self._lexical.encoder.encode_queries([text])
@@ -556,11 +555,64 @@ class ToolRouter:
         if self._semantic is not None:
             semantic = self._semantic_flat(self._semantic, text)
             signals.append((semantic, self.settings.semantic_weight))
-        scores = lexical if len(signals) == 1 else self._fuse_all(signals)
+        description = lexical if len(signals) == 1 else self._fuse_all(signals)
         everything = np.arange(len(self._tools))
         no_server_scores = np.zeros(len(self._tools))
-        matches = self._best(everything, scores, no_server_scores, lexical, semantic, limit)
-        return Routing(mode, matches)
+        past = learned.scores(text) if learned is not None else None
+        if past is None:
+            matches = self._best(
+                everything, description, no_server_scores, lexical, semantic, limit
+            )
+            return Routing(mode, matches)
+        term = self._learned_term(past)
+        scores = self._fuse_all(signals, term)
+        matches = self._best(
+            everything, scores, no_server_scores, lexical, semantic, limit, past.fits
+        )
+        ranked = _Ranked(description, scores, lexical, semantic, term, past)
+        matches = self._placed(matches, ranked, limit or self.settings.top_tools)
+        assert learned is not None
+        return Routing(mode, matches, history=(learned.outcome_count, learned.tools_with_history))
+
+    def _placed(
+        self, matches: tuple[ToolMatch, ...], ranked: _Ranked, limit: int
+    ) -> tuple[ToolMatch, ...]:
+        """Return the matches with what placed each, and the new tool slot filled.
+
+        A tool in the description's own top k is placed by its description, any other by
+        its past requests. The slot: the best description match among tools with little
+        history takes the last place, when it is not in the answer already.
+        """
+        position = {(server.name, tool.name): i for i, (server, tool) in enumerate(self._tools)}
+        own_top = set(_top(ranked.description, limit).tolist())
+        placed = [
+            self._with_history(match, i, DESCRIPTION if i in own_top else HISTORY, ranked)
+            for match in matches
+            for i in (position[(match.server, match.tool)],)
+        ]
+        if not (self.settings.new_tool_slot and placed and limit > 1):
+            return tuple(placed)
+        little = ranked.past.little_history & (ranked.description > 0)
+        newcomers = np.where(little, ranked.description, -np.inf)
+        best = int(np.argmax(newcomers))
+        if not np.isfinite(newcomers[best]) or best in {
+            position[(m.server, m.tool)] for m in placed
+        }:
+            return tuple(placed)
+        slot = self._match(
+            best, ranked.scores[best], 0.0, ranked.lexical[best], ranked.semantic, best
+        )
+        return (*placed[: limit - 1], self._with_history(slot, best, NEW_TOOL_SLOT, ranked))
+
+    def _with_history(self, match: ToolMatch, i: int, placed_by: str, ranked: _Ranked) -> ToolMatch:
+        """Return the match with its learned term, evidence and what placed it."""
+        past = ranked.past
+        return replace(
+            match,
+            placed_by=placed_by,
+            history_score=float(ranked.term[i]) if past.has_history[i] else None,
+            evidence=past.evidence(i),
+        )
 
     def _semantic_flat(self, index: _Index, text: str) -> np.ndarray:
         """Return every tool's embedding similarity to the request: with semantic_sentences,
@@ -595,30 +647,43 @@ class ToolRouter:
         tool_scores: np.ndarray,
         semantic_scores: np.ndarray | None,
         limit: int | None,
+        learned_fits: np.ndarray | None = None,
     ) -> tuple[ToolMatch, ...]:
         """Return the `limit` best candidates, highest score first; none when nothing fits.
 
         A candidate scoring 0 (no signal found anything in common) is never returned;
-        when no returned tool's fit score (ToolMatch.fit_score) reaches min_score, nothing is.
+        when no returned tool's fit score (ToolMatch.fit_score) reaches min_score, and no
+        returned tool served a past request like this one (`learned_fits`), nothing is.
         """
-        limit = limit or self.settings.top_tools
-        if len(scores) > limit:
-            order = np.argpartition(-scores, limit - 1)[:limit]
-            order = order[np.argsort(-scores[order], kind="stable")]
-        else:
-            order = np.argsort(-scores, kind="stable")
-        order = order[scores[order] > 0]
-        if order.size == 0 or not self._fits(order, tool_scores, server_scores, semantic_scores):
+        order = _top(scores, limit or self.settings.top_tools)
+        if order.size == 0:
+            return ()
+        learned_fit = learned_fits is not None and bool(learned_fits[candidates[order]].any())
+        if not learned_fit and not self._fits(order, tool_scores, server_scores, semantic_scores):
             return ()
         return tuple(
-            ToolMatch(
-                server=self._tools[candidates[i]][0].name,
-                tool=self._tools[candidates[i]][1].name,
-                description=self._tools[candidates[i]][1].description,
-                score=float(scores[i]),
-                server_score=float(server_scores[i]),
-                tool_score=float(tool_scores[i]),
-                semantic_score=None if semantic_scores is None else float(semantic_scores[i]),
+            self._match(
+                candidates[i], scores[i], server_scores[i], tool_scores[i], semantic_scores, i
             )
             for i in order
+        )
+
+    def _match(
+        self,
+        position: int,
+        score: float,
+        server_score: float,
+        tool_score: float,
+        semantic_scores: np.ndarray | None,
+        i: int,
+    ) -> ToolMatch:
+        server, tool = self._tools[position]
+        return ToolMatch(
+            server=server.name,
+            tool=tool.name,
+            description=tool.description,
+            score=float(score),
+            server_score=float(server_score),
+            tool_score=float(tool_score),
+            semantic_score=None if semantic_scores is None else float(semantic_scores[i]),
         )

@@ -9,10 +9,13 @@ settings from Django's (ARES_ROUTER_*).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -23,6 +26,8 @@ from planner_app.discovery.backends import (
     semantic_available,
 )
 from planner_app.discovery.catalogue import Server, Tool
+from planner_app.discovery.learned import LearnedIndex
+from planner_app.discovery.outcomes import DAY_S, OutcomeHistory
 from planner_app.discovery.router import RouterSettings, Routing, ToolRouter
 from tools_app.registry import ToolRegistry
 from tools_app.specs import ToolSpec
@@ -33,6 +38,11 @@ from tools_app.specs import ToolSpec
 # (bench/README.md, "router.py").
 SEMANTIC_CHOICES = ("auto", "wordllama", "off")
 SEMANTIC_DEFAULT = "auto"
+
+logger = logging.getLogger(__name__)
+# Up to this many outcomes the learned index is rebuilt before the search that finds the
+# history changed (tens of milliseconds); past it, in a thread, the search using the last one.
+SYNC_BUILD_OUTCOMES = 2_000
 
 # Built-in tool -> category; a built-in not listed here joins OTHER_BUILTINS.
 BUILTIN_CATEGORIES = {
@@ -93,7 +103,12 @@ def catalogue_from_specs(specs: list[ToolSpec]) -> list[Server]:
 
 
 class RegistryRouter:
-    """A ToolRouter following a ToolRegistry: after any change, rebuilt before the next search."""
+    """A ToolRouter following a ToolRegistry: after any change, rebuilt before the next search.
+
+    With a `history`, each search also matches the request against the tools' past
+    outcomes: their index is rebuilt when the history changed (`refresh` brings it up to
+    date before each search), small ones at once, big ones in a thread meanwhile.
+    """
 
     def __init__(
         self,
@@ -101,15 +116,21 @@ class RegistryRouter:
         settings: RouterSettings | None = None,
         backend: Backend | None = None,
         semantic: Backend | None = None,
+        history: OutcomeHistory | None = None,
+        refresh: Callable[[], object] | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings or RouterSettings()
         self.backend = backend
         self.semantic = semantic
+        self.history = history
+        self.refresh = refresh
         self._lock = threading.Lock()
         self._changes = 0
         self._built_for = -1
         self._router: ToolRouter | None = None
+        self._learned: tuple[ToolRouter, int, LearnedIndex] | None = None
+        self._learning = False  # a thread is building the learned index
         self.builds = 0
         registry.on_change(self._count_change)
 
@@ -148,7 +169,49 @@ class RegistryRouter:
 
     def search(self, tool: str, server: str = "", *, limit: int | None = None) -> Routing:
         """Return the best tools for a request, as the settings say (see ToolRouter.route)."""
-        return self.router().route(tool, server, limit=limit)
+        router = self.router()
+        return router.route(tool, server, limit=limit, learned=self.learned(router))
+
+    def learned(self, router: ToolRouter) -> LearnedIndex | None:
+        """Return the history's index for this router, rebuilt if the history changed."""
+        if self.history is None:
+            return None
+        if self.refresh is not None:
+            self.refresh()
+        version = self.history.version
+        with self._lock:
+            last, building = self._learned, self._learning
+            if last is not None and last[0] is router and last[1] == version:
+                return last[2]
+            in_thread = last is not None and last[0] is router
+            in_thread = in_thread and len(self.history) > SYNC_BUILD_OUTCOMES
+            if in_thread:
+                if not building:
+                    self._learning = True
+                    threading.Thread(target=self._learn_aside, args=(router,), daemon=True).start()
+                return last[2]
+        return self._learn(router)
+
+    def _learn_aside(self, router: ToolRouter) -> None:
+        """Build the learned index in a thread; a failure is logged, the last index stays."""
+        try:
+            self._learn(router)
+        except Exception:
+            logger.exception("the router's learned index could not be rebuilt")
+
+    def _learn(self, router: ToolRouter) -> LearnedIndex:
+        """Build the learned index of the history as it is now, and keep it."""
+        assert self.history is not None
+        try:
+            version = self.history.version
+            index = router.learned_index(self.history.outcomes(), time.time(), version)
+            with self._lock:
+                if self._learned is None or self._learned[1] <= version:
+                    self._learned = (router, version, index)
+            return index
+        finally:
+            with self._lock:
+                self._learning = False
 
 
 @dataclass(frozen=True)
@@ -159,6 +222,7 @@ class SiteRouterConfig:
     backend: str = "tfidf"
     model_path: str = ""
     semantic: str = SEMANTIC_DEFAULT
+    history: bool = True  # learn from the site's recorded outcomes (ARES_ROUTER_HISTORY)
 
 
 def site_router_config() -> SiteRouterConfig:
@@ -195,11 +259,16 @@ def site_router_config() -> SiteRouterConfig:
             "zscore",
         ),
     )
+    router_settings = replace(
+        router_settings,
+        history_half_life_s=settings.ARES_ROUTER_HISTORY_HALF_LIFE_DAYS * DAY_S,
+    )
     return SiteRouterConfig(
         router_settings,
         settings.ARES_ROUTER_BACKEND,
         settings.ARES_ROUTER_EMBEDDING_MODEL,
         semantic_setting(settings.ARES_ROUTER_SEMANTIC),
+        settings.ARES_ROUTER_HISTORY == "on",
     )
 
 
@@ -250,7 +319,17 @@ def get_router() -> RegistryRouter:
         elif config != _current_config:
             _current.reconfigure(config.settings, _backend(config), _semantic(config))
         _current_config = config
+        _current.history, _current.refresh = _history(config)
         return _current
+
+
+def _history(config: SiteRouterConfig) -> tuple[OutcomeHistory | None, Callable[[], object] | None]:
+    """Return the site's outcome history and how to refresh it, when learning is on."""
+    if not config.history:
+        return None, None
+    from planner_app.discovery.site_history import refresh_site_history, site_history
+
+    return site_history(), refresh_site_history
 
 
 def _semantic(config: SiteRouterConfig) -> Backend | None:

@@ -491,7 +491,17 @@ def test_it_explains_its_routing_as_json_ready_data(router: ToolRouter) -> None:
     assert [s["server"] for s in explained["servers"]] == [name for name, _ in routing.servers]
     best = explained["tools"][0]
     assert (best["server"], best["tool"]) == ("calendar", "deleteEvent")
-    assert set(best) == {"server", "tool", "score", "server_score", "tool_score"}
+    assert set(best) == {
+        "server",
+        "tool",
+        "score",
+        "server_score",
+        "tool_score",
+        "placed_by",
+        "why",
+    }
+    assert best["placed_by"] == "description"
+    assert best["why"] == "its description matches the request (no past requests like this one)"
     assert best["score"] == pytest.approx(routing.matches[0].score, abs=1e-4)
     assert router.search_flat("read a file").explain()["servers"] == []
 
