@@ -22,6 +22,7 @@ from planner_app.discovery.site_history import (
     site_history,
 )
 from planner_app.models import ScoreRule
+from tests.ares_site.test_settings import run_check
 from tests.conftest import make_span
 from traces_app.ingest.recording import record_invocations
 from traces_app.models import ApiKey, ScoreDefinition, Trace
@@ -424,3 +425,17 @@ def test_a_background_refresh_reads_in_a_thread_of_its_own(
     thread.join(30)
     assert [o.tool for o in site_history().outcomes()] == ["calculator"]
     assert refresh_site_history_in_background() is None  # just refreshed: none due
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ARES_ROUTER_HISTORY": "maybe"}, "ARES_ROUTER_HISTORY='maybe' is not one of on, off"),
+        ({"ARES_ROUTER_HISTORY_PER_TOOL": "0"}, "ARES_ROUTER_HISTORY_PER_TOOL=0 is below"),
+        ({"ARES_ROUTER_HISTORY_HALF_LIFE_DAYS": "0"}, "HALF_LIFE_DAYS must be above 0"),
+        ({"ARES_ROUTER_HISTORY_REFRESH_S": "-1"}, "ARES_ROUTER_HISTORY_REFRESH_S='-1' is below"),
+    ],
+)
+def test_the_site_refuses_a_bad_history_setting(env: dict[str, str], message: str) -> None:
+    result = run_check(**env)
+    assert result.returncode != 0 and message in result.stderr
