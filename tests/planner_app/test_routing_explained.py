@@ -6,7 +6,9 @@ import html
 import io
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -15,9 +17,12 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from planner_app.discovery import Server, Tool, ToolRouter
+from planner_app.discovery.outcomes import Outcome
+from planner_app.discovery.site_history import reset_site_history
 from planner_app.management.commands.route_request import routing_lines
 from tests.planner_app.conftest import in_site_registry
 from tools_app.specs import ToolSpec
+from traces_app.ingest.recording import new_span_id, new_trace_id, record_invocation
 
 CATALOGUE = (
     Server(
@@ -36,10 +41,17 @@ ARITHMETIC = {"tool": "evaluate an arithmetic expression", "server": "math"}
 # A tool name as a hostile MCP server could report it.
 HOSTILE = '<img src=x onerror="window.__pwned=1">city_forecast'
 OBJECT = {"type": "object", "properties": {}}
+# Requests the hostile tool served, in words its description lacks, with markup of their own.
+MARKUP = "<script>window.__pwned=3</script>"
+RAIN = [f"{MARKUP} will it rain in Oslo tomorrow", f"{MARKUP} rain in Oslo tomorrow?"]
+RAIN += [f"{MARKUP} is rain coming to Oslo tomorrow"]
+RAIN_AGAIN = "will it rain in Oslo tomorrow"
 
 
-def explanation(request: str) -> dict[str, Any]:
-    return ToolRouter(CATALOGUE).route(request).explain()
+def explanation(request: str, outcomes: tuple[Outcome, ...] = ()) -> dict[str, Any]:
+    router = ToolRouter(CATALOGUE)
+    learned = router.learned_index(outcomes, time.time()) if outcomes else None
+    return router.route(request, learned=learned).explain()
 
 
 @pytest.fixture
@@ -47,6 +59,29 @@ def hostile_tool() -> Iterator[None]:
     """A tool with a hostile name in the site's registry, found for a weather forecast."""
     spec = ToolSpec(HOSTILE, "Return the weather forecast of a city.", OBJECT, lambda: {})
     yield from in_site_registry([spec])
+
+
+@pytest.fixture
+def rain_served(settings: Any, hostile_tool: None) -> Iterator[None]:
+    """The hostile tool's recorded successes for RAIN; the history read before each routing."""
+    settings.ARES_ROUTER_HISTORY_REFRESH_S = 0
+    reset_site_history()  # an earlier test's outcomes went with its database
+    for request in RAIN:
+        record_invocation(
+            trace_id=new_trace_id(), span_id=new_span_id(), tool_name=HOSTILE,
+            request_text=request, status="ok", started_at=datetime.now(UTC), latency_ms=1.0,
+            ran_on="builtin", chosen_by="llm",
+        )  # fmt: skip
+    yield
+    reset_site_history()
+
+
+def assert_placed_by_rain(tool: dict[str, Any]) -> None:
+    """Assert a tool's explanation names the rain requests it served and the closest of them."""
+    assert tool["tool"] == HOSTILE and tool["succeeded_like"] == 3 and tool["failed_like"] == 0
+    assert tool["closest"] in RAIN and 0 < tool["closest_similarity"] <= 1
+    assert "3 past requests like this one succeeded" in tool["why"]
+    assert f"'{tool['closest']}'" in tool["why"]
 
 
 @pytest.fixture
@@ -64,22 +99,28 @@ def route(live_server: Any, make_key: Callable[..., str]) -> Callable[..., httpx
 # The routing debug output, from a real router --------------------------------------------
 
 
-def test_routing_lines_list_each_tool_with_its_server_and_score_best_first() -> None:
-    lines = routing_lines(explanation("evaluate an arithmetic expression"))
-    assert lines[0] == "mode flat"
-    assert re.fullmatch(r"1\. calculator \(math\) 0\.\d{3}.*", lines[1])
-    assert [line.split()[1] for line in lines if line[0].isdigit()][0] == "calculator"
-
-
-def test_routing_lines_say_what_placed_each_tool_when_the_router_says() -> None:
+def test_routing_lines_list_each_tool_with_its_score_and_why_best_first() -> None:
     routed = explanation("evaluate an arithmetic expression")
-    why = "3 past requests like this one succeeded with it; closest: 'what is 2+2' 0.81"
-    routed["tools"][0] |= {"placed_by": "history", "why": why}
-    routed["history"] = {"outcomes": 12, "tools": 2}
     lines = routing_lines(routed)
-    assert lines[1] == "history: 12 outcomes of 2 tools"
-    assert lines[2].startswith("1. calculator (math) ") and lines[2].endswith(", placed by history")
-    assert lines[3] == f"   {why}"
+    assert lines[0] == "mode flat"
+    assert re.fullmatch(r"1\. calculator \(math\) 0\.\d{3}, placed by description", lines[1])
+    assert lines[2] == f"   {routed['tools'][0]['why']}"
+    assert "description matches" in lines[2]
+
+
+def test_routing_lines_say_which_past_requests_placed_a_tool() -> None:
+    served = ("what is the forecast for Oslo", "forecast for Bergen tomorrow", "Oslo forecast")
+    outcomes = tuple(
+        Outcome(request, "get_forecast", at=time.time(), source=f"t/{n}")
+        for n, request in enumerate(served)
+    )
+    routed = explanation("the forecast for Oslo tomorrow", outcomes)
+    lines = routing_lines(routed)
+    assert lines[1] == "history: 3 outcomes of 1 tools"
+    forecast = next(tool for tool in routed["tools"] if tool["tool"] == "get_forecast")
+    assert forecast["succeeded_like"] >= 1 and forecast["closest"] in served
+    assert f"   {forecast['why']}" in lines
+    assert f"closest: '{forecast['closest']}'" in forecast["why"]
 
 
 def test_routing_lines_say_when_nothing_fits() -> None:
@@ -100,6 +141,16 @@ def test_the_api_offers_the_tools_discovery_would(route: Callable[..., httpx.Res
     assert (best["tool"], best["server"]) == ("calculator", "builtin:math")
     assert best["score"] > 0 and best["tool_score"] > 0
     assert len(routing["tools"]) == 5  # the site's ARES_ROUTER_TOP_TOOLS
+    assert best["placed_by"] == "description" and "description matches" in best["why"]
+    assert all(tool["why"] for tool in routing["tools"])
+
+
+def test_the_api_says_which_past_requests_placed_a_tool(
+    route: Callable[..., httpx.Response], rain_served: None
+) -> None:
+    routing = route({"tool": RAIN_AGAIN}).json()
+    assert routing["history"] == {"outcomes": 3, "tools": 1}
+    assert_placed_by_rain(routing["tools"][0])
 
 
 @pytest.mark.parametrize("limit", [1, 2, 20])
@@ -201,6 +252,16 @@ def test_the_command_prints_the_explanation_as_json() -> None:
     assert len(routing["tools"]) == 2 and routing["mode"] == "flat"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_command_prints_why_with_the_closest_past_request(rain_served: None) -> None:
+    routing = json.loads(command(RAIN_AGAIN, "--json"))
+    assert_placed_by_rain(routing["tools"][0])
+    lines = command(RAIN_AGAIN).splitlines()
+    assert lines[1] == "history: 3 outcomes of 1 tools"
+    assert lines[2].startswith(f"1. {HOSTILE} (builtin:other) ")
+    assert lines[3] == f"   {routing['tools'][0]['why']}"
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("args", "message"),
@@ -237,6 +298,7 @@ def test_try_the_planner_lists_the_tools_the_router_would_offer(
     rows = routed_rows(page)
     assert rows[0][:2] == ["calculator", "builtin:math"]
     assert float(rows[0][2]) > 0 and len(rows) == 5
+    assert rows[0][3] == "description" and "description matches" in rows[0][4]
 
 
 def test_try_the_planner_escapes_the_names_it_lists(
@@ -246,3 +308,13 @@ def test_try_the_planner_escapes_the_names_it_lists(
     text = page.content.decode()
     assert HOSTILE not in text and html.escape(HOSTILE) in text
     assert routed_rows(text)[0][0] == HOSTILE
+
+
+def test_try_the_planner_says_which_past_requests_placed_a_tool_escaped(
+    admin_client: Client, default_rules: None, rain_served: None
+) -> None:
+    page = admin_client.get("/planner/try", {"request": RAIN_AGAIN}).content.decode()
+    assert MARKUP not in page and "learned from 3 recorded outcomes of 1 tools" in page
+    tool, server, _, placed_by, why = routed_rows(page)[0]
+    assert (tool, server) == (HOSTILE, "builtin:other") and placed_by in ("history", "description")
+    assert "3 past requests like this one succeeded" in why and MARKUP in why

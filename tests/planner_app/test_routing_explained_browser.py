@@ -20,37 +20,39 @@ page = browser_fixtures.page
 staff_page = browser_fixtures.staff_page
 screenshot = browser_fixtures.screenshot
 hostile_tool = explained.hostile_tool
-HOSTILE = explained.HOSTILE
+rain_served = explained.rain_served
+HOSTILE, MARKUP, RAIN_AGAIN = explained.HOSTILE, explained.MARKUP, explained.RAIN_AGAIN
 
-FORECAST = "weather forecast of a city"
-ASK_FOR_A_FORECAST = f"<tool_request>\nserver: weather\ntool: {FORECAST}\n</tool_request>"
+ASK_ABOUT_RAIN = f"<tool_request>\nserver: weather\ntool: {RAIN_AGAIN}\n</tool_request>"
 
 
-def test_try_the_planner_shows_the_routed_tools_as_text(
-    staff_page: Any, live_server: Any, default_rules: None, hostile_tool: None, screenshot: Any
+def test_try_the_planner_shows_the_routed_tools_and_why_as_text(
+    staff_page: Any, live_server: Any, default_rules: None, rain_served: None, screenshot: Any
 ) -> None:
     page = staff_page
-    page.goto(f"{live_server.url}/planner/try?request={quote(FORECAST)}")
+    page.goto(f"{live_server.url}/planner/try?request={quote(RAIN_AGAIN)}")
     screenshot(page, "try-routed-tools")
     first = page.locator("#routed-tools tbody tr").first
     assert first.locator("td.routed-tool").inner_text() == HOSTILE
     assert first.locator("td").nth(1).inner_text() == "builtin:other"
-    assert page.locator("#routed-tools img").count() == 0
+    why = first.locator("td.why").inner_text()
+    assert "3 past requests like this one succeeded" in why and MARKUP in why
+    assert page.locator("#routed-tools img, #routed-tools script").count() == 0
     assert page.evaluate("window.__pwned") is None
     assert_stayed_local(page, live_server)
 
 
-def test_the_sandboxs_discovery_step_shows_each_routed_tool_as_text(
+def test_the_sandboxs_discovery_step_shows_each_routed_tool_and_why_as_text(
     staff_page: Any,
     live_server: Any,
     settings: Any,
     fake_llm: FakeLlm,
-    hostile_tool: None,
+    rain_served: None,
     screenshot: Any,
 ) -> None:
     settings.ARES_LLM_BASE_URL, settings.ARES_LLM_MODEL = fake_llm.base_url, "fake-model"
     Agent.objects.create(name="finder", tools=["calculator", HOSTILE], discovery="active")
-    fake_llm.script(say(ASK_FOR_A_FORECAST), say("No forecast today."))
+    fake_llm.script(say(ASK_ABOUT_RAIN), say("No forecast today."))
     page = staff_page
     page.goto(f"{live_server.url}/sandbox/")
     page.select_option("#id_agent", "finder")
@@ -61,7 +63,9 @@ def test_the_sandboxs_discovery_step_shows_each_routed_tool_as_text(
     step = page.locator("li.step-tools_discovered")
     routing = step.locator("pre.payload").last.inner_text()
     assert routing.startswith("flat\n") and f"\n{HOSTILE} " in routing
+    why = next(line for line in routing.split("\n") if line.startswith("  why: "))
+    assert "past requests like this one succeeded" in why and MARKUP in why
     screenshot(page, "sandbox-tools-discovered")
-    assert step.locator("img").count() == 0
+    assert step.locator("img, script").count() == 0
     assert page.evaluate("window.__pwned") is None
     assert_stayed_local(page, live_server)
