@@ -46,6 +46,17 @@ def stop_the_engine_last(django_db_setup: None, django_db_blocker: Any) -> Itera
         site_engine.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def fresh_site_history() -> Iterator[None]:
+    """Start every test with the router's outcome history unloaded: the last test's
+    outcomes went with its database, and the next use reloads from this one's."""
+    from planner_app.discovery.site_history import reset_site_history
+
+    reset_site_history()
+    yield
+    reset_site_history()
+
+
 @pytest.fixture
 def make_key(transactional_db: None) -> Callable[..., str]:
     """Return a function that issues an API key with the given scopes and returns it raw."""

@@ -101,33 +101,38 @@ class LearnedIndex:
         counts = np.bincount(position, minlength=tool_count)
         self.has_history = counts > 0
         self.little_history = counts < little_history
-        self._lexical: TfidfVectorizer | None = None
+        self._vocabulary: dict[str, int] = {}
         self._semantic = semantic
         if not rows:
             return
-        self._lexical = TfidfVectorizer(analyzer=analyze, sublinear_tf=True, dtype=np.float32)
+        vectorizer = TfidfVectorizer(analyzer=analyze, sublinear_tf=True, dtype=np.float32)
         try:
-            self._lexical_rows = self._lexical.fit_transform(self._texts)
+            # By term: a request's few terms then gather only the rows that have them.
+            self._columns = vectorizer.fit_transform(self._texts).tocsc()
+            self._vocabulary, self._idf = vectorizer.vocabulary_, vectorizer.idf_
         except ValueError:  # not one term in any past request
-            self._lexical = None
+            pass
         if semantic is not None:
             self._semantic_rows = _first_dimensions(semantic.encode(self._texts))
 
     def __bool__(self) -> bool:
         return self.outcome_count > 0
 
-    def scores(self, text: str) -> LearnedScores | None:
-        """Return the learned signals of a request; None without outcomes."""
+    def scores(self, text: str, embedding: np.ndarray | None = None) -> LearnedScores | None:
+        """Return the learned signals of a request; None without outcomes.
+
+        `embedding` is the request's semantic vector when the caller has it already.
+        """
         if not self.outcome_count:
             return None
-        lexical = np.zeros(self.outcome_count)
-        if self._lexical is not None:
-            query = normalize(self._lexical.transform([text]))
-            lexical = similarities(self._lexical_rows, query)
+        lexical = self._lexical_similarity(text)
         semantic = None
         if self._semantic is not None:
-            query = _first_dimensions(self._semantic.encode_queries([text]))
-            semantic = similarities(self._semantic_rows, query[0])
+            if embedding is None:
+                embedding = np.asarray(self._semantic.encode_queries([text]))[0]
+            query = np.asarray(embedding, dtype=np.float32).ravel()[:SEMANTIC_DIMENSIONS]
+            norm = float(np.linalg.norm(query))
+            semantic = similarities(self._semantic_rows, query / norm if norm else query)
 
         def evidence(tool: int) -> ToolEvidence | None:
             return self._evidence(tool, lexical, semantic)
@@ -143,6 +148,20 @@ class LearnedIndex:
             fits,
             evidence,
         )
+
+    def _lexical_similarity(self, text: str) -> np.ndarray:
+        """Return each past request's TF-IDF cosine with a request (its terms counted once)."""
+        terms = {self._vocabulary[term] for term in analyze(text) if term in self._vocabulary}
+        if not terms:
+            return np.zeros(self.outcome_count)
+        index = np.fromiter(terms, dtype=np.intp)
+        weights = self._idf[index] / np.linalg.norm(self._idf[index])
+        columns, pointers = self._columns, self._columns.indptr
+        spans = [slice(pointers[i], pointers[i + 1]) for i in index]
+        rows = np.concatenate([columns.indices[span] for span in spans])
+        pairs = zip(spans, weights, strict=True)
+        values = np.concatenate([columns.data[span] * weight for span, weight in pairs])
+        return np.bincount(rows, values, minlength=self.outcome_count)
 
     def _standardised(self, similarity: np.ndarray, prior: tuple[float, float]) -> np.ndarray:
         """Return each tool's best success minus best failure, standardised over the tools

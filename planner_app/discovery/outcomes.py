@@ -9,6 +9,7 @@ a new request against them (planner_app.discovery.learned).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -72,6 +73,7 @@ class OutcomeHistory:
         Return how many were kept; an outcome without a request or a tool is not.
         """
         kept = 0
+        touched: set[str] = set()
         with self._lock:
             for outcome in outcomes:
                 if not outcome.request or not outcome.tool:
@@ -79,11 +81,11 @@ class OutcomeHistory:
                 if outcome.source:
                     self._drop_source(outcome.source)
                     self._tool_of[outcome.source] = outcome.tool
-                tool = self._by_tool.setdefault(outcome.tool, [])
-                tool.append(outcome)
-                if len(tool) > self.per_tool:
-                    self._evict(tool)
+                self._by_tool.setdefault(outcome.tool, []).append(outcome)
+                touched.add(outcome.tool)
                 kept += 1
+            for tool in touched:
+                self._trim(self._by_tool[tool])
             if kept:
                 self.version += 1
         return kept
@@ -132,16 +134,69 @@ class OutcomeHistory:
             self._by_tool.pop(tool, None)
         return before - len(kept)
 
-    def _evict(self, kept: list[Outcome]) -> None:
-        """Drop one outcome of a full tool: the oldest of a duplicate, else the oldest."""
+    def _trim(self, kept: list[Outcome]) -> None:
+        """Bring a tool down to per_tool outcomes: the oldest duplicates out first, then the
+        oldest."""
+        excess = len(kept) - self.per_tool
+        if excess <= 0:
+            return
         kept.sort(key=lambda outcome: outcome.at)
         same = Counter(_result_key(outcome) for outcome in kept)
-        position = next((i for i, o in enumerate(kept) if same[_result_key(o)] > 1), 0)
-        gone = kept.pop(position)
-        if gone.source:
-            self._tool_of.pop(gone.source, None)
+        gone: set[int] = set()
+        for position, outcome in enumerate(kept):
+            if len(gone) < excess and same[_result_key(outcome)] > 1:
+                same[_result_key(outcome)] -= 1
+                gone.add(position)
+        oldest = (position for position in range(len(kept)) if position not in gone)
+        while len(gone) < excess:
+            gone.add(next(oldest))
+        for position in gone:
+            self._tool_of.pop(kept[position].source, None)
+        kept[:] = [outcome for position, outcome in enumerate(kept) if position not in gone]
 
 
 def _result_key(outcome: Outcome) -> tuple[str, bool]:
     """Return what makes two outcomes of a tool duplicates: the same request, the same result."""
     return outcome.text_key, outcome.failed >= 0.5
+
+
+class OutcomeFileError(ValueError):
+    """A history file that does not follow the format; the message says where."""
+
+
+def outcomes_from_dict(data: object) -> list[Outcome]:
+    """Return the outcomes of a history in the bench's JSON format (bench/README.md):
+
+        {"outcomes": [{"request": "...", "tool": "...", "server": "...",
+                       "outcome": "ok" | "error", "score": 0.8, "at": 1764547200}]}
+
+    `server`, `score` (how good an ok call was judged, 0 to 1: it counts as failed by
+    1 - score) and `at` (Unix seconds) may be left out.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("outcomes"), list):
+        raise OutcomeFileError("a history is an object with an 'outcomes' list")
+    return [_outcome(item, f"outcomes[{i}]") for i, item in enumerate(data["outcomes"])]
+
+
+def _outcome(item: object, where: str) -> Outcome:
+    if not isinstance(item, dict):
+        raise OutcomeFileError(f"{where}: an outcome is an object")
+    for key in ("request", "tool"):
+        if not isinstance(item.get(key), str) or not item[key].strip():
+            raise OutcomeFileError(f"{where}: {key!r} must be a non-empty string")
+    if item.get("outcome") not in ("ok", "error"):
+        raise OutcomeFileError(f"{where}: 'outcome' must be 'ok' or 'error'")
+    score, at = item.get("score"), item.get("at", 0.0)
+    if score is not None and (not _is_number(score) or not 0 <= score <= 1):
+        raise OutcomeFileError(f"{where}: 'score' must be a number from 0 to 1")
+    if not _is_number(at):
+        raise OutcomeFileError(f"{where}: 'at' must be a number of Unix seconds")
+    server = item.get("server", "")
+    if not isinstance(server, str):
+        raise OutcomeFileError(f"{where}: 'server' must be a string")
+    failed = 1.0 if item["outcome"] == "error" else 1.0 - (1.0 if score is None else score)
+    return Outcome(item["request"], item["tool"], failed, float(at), server=server)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

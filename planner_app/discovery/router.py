@@ -353,6 +353,7 @@ class ToolRouter:
         )
         self._server_sizes = np.array([len(server.tools) for server in self.servers])
         self.cache = RoutingCache(self.settings.cache_size)
+        self._positions = {(s.name, t.name): i for i, (s, t) in enumerate(self._tools)}
         self._semantic: _Index | None = None
         self._bm25: Encoder | None = None  # flat search's second lexical signal
         self._bm25_rows: Any = None
@@ -551,14 +552,14 @@ class ToolRouter:
         if self._bm25 is not None:
             bm25 = similarities(self._bm25_rows, self._bm25.encode_queries([text]))
             signals.append((bm25, self.settings.bm25_weight))
-        semantic = None
+        semantic = embedding = None
         if self._semantic is not None:
-            semantic = self._semantic_flat(self._semantic, text)
+            semantic, embedding = self._semantic_flat(self._semantic, text)
             signals.append((semantic, self.settings.semantic_weight))
         description = lexical if len(signals) == 1 else self._fuse_all(signals)
         everything = np.arange(len(self._tools))
         no_server_scores = np.zeros(len(self._tools))
-        past = learned.scores(text) if learned is not None else None
+        past = learned.scores(text, embedding) if learned is not None else None
         if past is None:
             matches = self._best(
                 everything, description, no_server_scores, lexical, semantic, limit
@@ -583,7 +584,7 @@ class ToolRouter:
         its past requests. The slot: the best description match among tools with little
         history takes the last place, when it is not in the answer already.
         """
-        position = {(server.name, tool.name): i for i, (server, tool) in enumerate(self._tools)}
+        position = self._positions
         own_top = set(_top(ranked.description, limit).tolist())
         placed = [
             self._with_history(match, i, DESCRIPTION if i in own_top else HISTORY, ranked)
@@ -614,15 +615,19 @@ class ToolRouter:
             evidence=past.evidence(i),
         )
 
-    def _semantic_flat(self, index: _Index, text: str) -> np.ndarray:
-        """Return every tool's embedding similarity to the request: with semantic_sentences,
-        the mean of its similarity to the whole request and to the closest sentence."""
+    def _semantic_flat(self, index: _Index, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Return every tool's embedding similarity to the request, and the request's vector.
+
+        With semantic_sentences, a similarity is the mean of the tool's similarity to the
+        whole request and to its closest sentence.
+        """
         sentences = split_sentences(text) if self.settings.semantic_sentences else []
         if len(sentences) <= 1:
-            return similarities(index.flat_rows, index.encoder.encode_queries([text]))
+            query = np.asarray(index.encoder.encode_queries([text]))
+            return similarities(index.flat_rows, query), query[0]
         rows = np.asarray(index.encoder.encode_queries([text, *sentences]))
         each = np.stack([similarities(index.flat_rows, row) for row in rows])
-        return 0.5 * each[0] + 0.5 * each[1:].max(axis=0)
+        return 0.5 * each[0] + 0.5 * each[1:].max(axis=0), rows[0]
 
     def _fits(
         self,

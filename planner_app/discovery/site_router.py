@@ -327,9 +327,24 @@ def _history(config: SiteRouterConfig) -> tuple[OutcomeHistory | None, Callable[
     """Return the site's outcome history and how to refresh it, when learning is on."""
     if not config.history:
         return None, None
-    from planner_app.discovery.site_history import refresh_site_history, site_history
+    from planner_app.discovery.site_history import site_history
 
-    return site_history(), refresh_site_history
+    return site_history(), _refresh_history
+
+
+def _refresh_history() -> None:
+    """Bring the site history up to date before a search: a small one at once, a big one
+    (whose full reload takes seconds) in a thread, the search using it as it is."""
+    from planner_app.discovery.site_history import (
+        refresh_site_history,
+        refresh_site_history_in_background,
+        site_history,
+    )
+
+    if len(site_history()) <= SYNC_BUILD_OUTCOMES:
+        refresh_site_history()
+    else:
+        refresh_site_history_in_background()
 
 
 def _semantic(config: SiteRouterConfig) -> Backend | None:
