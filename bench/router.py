@@ -45,7 +45,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from router_datasets import DATASETS, stabletoolbench_servers  # noqa: E402
+from router_datasets import DATASETS, HISTORIES, stabletoolbench_servers  # noqa: E402
+from router_history import evaluate_history, print_history_table, scale_figures  # noqa: E402
 from router_measures import (  # noqa: E402
     SPLITS,
     Figures,
@@ -79,6 +80,7 @@ from planner_app.discovery.catalogue import (  # noqa: E402
     load_queries,
     queries_from_dict,
 )
+from planner_app.discovery.outcomes import outcomes_from_dict  # noqa: E402
 from planner_app.discovery.router import (  # noqa: E402
     Combination,
     RouterSettings,
@@ -90,6 +92,7 @@ BENCH_DATA = ROOT.parent / "shared" / "bench-data"
 SITE_DATA = ROOT / "tests" / "data" / "discovery"
 DISTRACTORS = (0, 100, 400, 811)
 NEVER_TUNED = {"bfcl-unseen"}  # only tested on: the selection never picks by it
+LEARNED_DATASETS = ["apibench", "apibench-crowded", "stabletoolbench", "bfcl"]
 
 
 @dataclass
@@ -342,6 +345,28 @@ def run_site(folder: Path, settings: RouterSettings, distractors: list[Server]) 
         )
 
 
+def run_learned(args: argparse.Namespace, settings: RouterSettings) -> None:
+    """Measure the learned signal by history size on the catalogue or the data sets asked."""
+    results = []
+    if args.catalogue:
+        own = None
+        if args.history:
+            own = outcomes_from_dict(json.loads(args.history.read_text(encoding="utf-8")))
+        catalogue, queries = load_catalogue(args.catalogue), load_queries(args.queries)
+        results += evaluate_history(args.catalogue.name, catalogue, queries, own, settings)
+    for name in args.dataset or ([] if args.catalogue else LEARNED_DATASETS):
+        catalogue, queries = DATASETS[name](args.data)
+        own = outcomes_from_dict(HISTORIES[name](args.data)) if name in HISTORIES else None
+        servers = catalogue_from_dict(catalogue)
+        results += evaluate_history(name, servers, queries_from_dict(queries), own, settings)
+        print(f"{name}: measured", flush=True)
+    print_history_table(results)
+    if args.scale:
+        catalogue, queries = DATASETS["stabletoolbench"](args.data)
+        texts = [query["query"] for query in queries["queries"]]
+        print("\n" + scale_figures(catalogue_from_dict(catalogue), texts, args.scale))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", choices=[*sorted(DATASETS), "site"], action="append")
@@ -377,7 +402,25 @@ def main() -> None:
     parser.add_argument(
         "--dump", type=Path, help="write each method's per-query figures here (.npz), to compare"
     )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        help="recorded outcomes (JSON, bench/README.md) to learn from, with --catalogue",
+    )
+    parser.add_argument(
+        "--scale",
+        type=int,
+        default=0,
+        help="with --learned: also measure memory and CPU at this many recorded requests",
+    )
+    parser.add_argument(
+        "--learned",
+        action="store_true",
+        help="measure the learned signal on the data sets, by history size (router_history.py)",
+    )
     args = parser.parse_args()
+    if args.history and not args.catalogue:
+        parser.error("--history goes with --catalogue and --queries")
     compared = methods(args.semantic, args.weights, args.quick)
     if bool(args.catalogue) != bool(args.queries):
         parser.error("--catalogue and --queries go together")
@@ -390,6 +433,9 @@ def main() -> None:
         server_scoring=args.server_scoring or defaults.server_scoring,
         cache_size=0,  # every query is timed as a search, never as a cache hit
     )
+    if args.learned or args.history:
+        run_learned(args, settings)
+        return
     model_mb = model_memory_mb(args.semantic)
     results: list[Result] = []
     if args.catalogue:

@@ -7,6 +7,7 @@ pairs that bench/router.py measures the router on.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,71 @@ def _unique(name: str, taken: dict[str, Any]) -> str:
     return candidate
 
 
+_HUB_CALL = re.compile(r"repo_or_dir=['\"]([^'\"]+)['\"].*?model=['\"]([^'\"]+)['\"]")
+_INSTRUCTION = re.compile(r"Instruction'?:\s*(.*?)(?:,\s*'Output'|\n###Output)", re.DOTALL)
+
+
+def apibench(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return Gorilla's TorchHub set as (catalogue, queries): its 94 API documents, and the
+    186 evaluation instructions, each expecting the API of its `api_call`.
+
+    An API is a tool named by its repository and model ("pytorch/vision:resnet34"), on
+    a server per domain; its description is its functionality and description.
+    """
+    servers: dict[str, dict[str, Any]] = {}
+    for api in _jsonl(folder / "torchhub_api.jsonl"):
+        server = servers.setdefault(
+            api["domain"], {"name": api["domain"], "description": api["domain"], "tools": []}
+        )
+        arguments = api["api_arguments"]
+        server["tools"].append(
+            {
+                "name": hub_tool_name(api["api_call"]),
+                "description": f"{api['functionality']}. {api['description']}",
+                "parameters": dict.fromkeys(arguments, "") if isinstance(arguments, dict) else {},
+            }
+        )
+    queries = [
+        {"id": f"eval/{i}", "query": instruction, "expected": [{"tool": tool}]}
+        for i, (instruction, tool) in enumerate(apibench_pairs(folder / "torchhub_eval.json"))
+    ]
+    return {"servers": list(servers.values())}, {"queries": queries}
+
+
+def apibench_history(folder: Path) -> dict[str, Any]:
+    """Return the 837 training instructions as recorded outcomes: each served by its API."""
+    pairs = apibench_pairs(folder / "torchhub_train.json")
+    return {"outcomes": [{"request": text, "tool": tool, "outcome": "ok"} for text, tool in pairs]}
+
+
+def apibench_pairs(path: Path) -> list[tuple[str, str]]:
+    """Return each item's (instruction, expected tool name)."""
+    pairs = []
+    for item in _jsonl(path):
+        found = _INSTRUCTION.search(item["code"])
+        instruction = found.group(1) if found else item["code"]
+        pairs.append((" ".join(instruction.split()), hub_tool_name(item["api_call"])))
+    return pairs
+
+
+def hub_tool_name(api_call: str) -> str:
+    """Return "repository:model" of a torch.hub.load call (api_name repeats across APIs)."""
+    found = _HUB_CALL.search(api_call)
+    if found:
+        return f"{found.group(1)}:{found.group(2)}"
+    return api_call  # a call without both keywords stays whole, still unique
+
+
+def crowded(
+    dataset: tuple[dict[str, Any], dict[str, Any]], data: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return a data set with StableToolBench's 2,479 tools added to its catalogue: its
+    queries then choose among thousands of tools, most of them never recorded."""
+    catalogue, queries = dataset
+    distractors = stabletoolbench(data / "stabletoolbench")[0]["servers"]
+    return {"servers": catalogue["servers"] + distractors}, queries
+
+
 def stabletoolbench_servers(data: Path) -> list[Server]:
     """Return StableToolBench's services, to crowd a catalogue; none without the data."""
     if not (data / "stabletoolbench").is_dir():
@@ -171,4 +237,11 @@ DATASETS: dict[str, Callable[[Path], tuple[dict[str, Any], dict[str, Any]]]] = {
     "stabletoolbench": lambda data: stabletoolbench(data / "stabletoolbench"),
     "bfcl": lambda data: bfcl(data / "bfcl"),
     "bfcl-unseen": lambda data: bfcl_unseen(data / "bfcl"),
+    "apibench": lambda data: apibench(data / "apibench"),
+    "apibench-crowded": lambda data: crowded(apibench(data / "apibench"), data),
+}
+# The sets that come with recorded outcomes of their own, to learn from.
+HISTORIES: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "apibench": lambda data: apibench_history(data / "apibench"),
+    "apibench-crowded": lambda data: apibench_history(data / "apibench"),
 }
