@@ -189,27 +189,28 @@ def test_a_new_wording_of_requests_a_tool_served_offers_it_by_its_history(
 def test_caller_faults_and_stopped_calls_leave_a_tool_where_it_was(
     demo_tools: None, planner_api: httpx.Client
 ) -> None:
-    record(planner_api, [tool_span(TARGET, request) for request in SERVED])
-    was = route_until(planner_api, NEW_WORDING, lambda r: outcomes(r) >= len(SERVED))
+    # A success of another tool for an unrelated request with each batch: once the routing
+    # counts the second, the spans sent with it were read too.
+    marker = tool_span("hash_tool", "sha256 of the word hello")
+    record(planner_api, [*(tool_span(TARGET, request) for request in SERVED), marker])
+    was = route_until(planner_api, NEW_WORDING, lambda r: outcomes(r) >= len(SERVED) + 1)
     place, entry = rank(was, TARGET), offered(was, TARGET)
     assert place is not None, was["tools"]
 
     faults = [tool_span(TARGET, r, "error", "invalid_arguments") for r in FAILED_FOR]
     stopped = [tool_span(TARGET, r, "stopped") for r in FAILED_FOR]
-    # One success of another tool for an unrelated request: once the routing counts it,
-    # the spans sent with it were read too.
-    marker = tool_span("hash_tool", "sha256 of the word hello")
+    marker = tool_span("hash_tool", "sha256 of the word world")
     record(planner_api, [*faults, *stopped, marker])
-    now = route_until(planner_api, NEW_WORDING, lambda r: outcomes(r) >= len(SERVED) + 1)
+    now = route_until(planner_api, NEW_WORDING, lambda r: outcomes(r) >= len(SERVED) + 2)
 
-    assert outcomes(now) == len(SERVED) + 1, "caller faults and stops are no outcomes"
+    assert outcomes(now) == len(SERVED) + 2, "caller faults and stops are no outcomes"
     assert rank(now, TARGET) == place
     moved = offered(now, TARGET)
     assert (moved["succeeded_like"], moved["failed_like"]) == (
         entry["succeeded_like"],
         entry["failed_like"],
     )
-    assert moved["history_score"] == pytest.approx(entry["history_score"])
+    assert moved["history_score"] == pytest.approx(entry["history_score"], rel=1e-3)
 
 
 def test_a_tool_that_keeps_failing_for_such_requests_drops(
@@ -249,11 +250,17 @@ def register_new_tool() -> Iterator[Callable[[], None]]:
 def test_a_tool_registered_after_the_history_is_found_by_its_description(
     demo_tools: None, planner_api: httpx.Client, register_new_tool: Callable[[], None]
 ) -> None:
-    # Other tools served requests like the new tool's: history they have, it has none.
     crowd = ["mcp.vault.list_backups", "mcp.vault.restore_backup", "mcp.gallery.tag_photo",
              "mcp.cron.schedule_job", "mcp.gallery.resize_photo", TARGET]  # fmt: skip
-    asks = ["check that the photo backup finished", "did the photo backup finish intact",
-            "confirm the nightly photo backup finished"]  # fmt: skip
+    # Other tools served this very request and ones like it: history they have, it has none.
+    asks = [
+        "verify the photo backup finished intact",
+        "check that the photo backup finished",
+        "did the photo backup finish intact",
+        "confirm the nightly photo backup finished",
+        "verify that the photo backup finished",
+        "verify the photos backup finished intact",
+    ]
     record(planner_api, [tool_span(tool, ask) for tool in crowd for ask in asks])
     request = "verify the photo backup finished intact"
     routing = route_until(planner_api, request, lambda r: outcomes(r) >= len(crowd) * len(asks))
@@ -320,19 +327,33 @@ FINGERPRINT = "make a fingerprint of the release notes for the audit"
 
 def live_refresh_case(client: httpx.Client) -> None:
     """Record a success of hash_tool for a request its description lacks; the server's
-    routing must come to offer it for that request by its history."""
-    request = FINGERPRINT
-    before = route(client, request)
-    entry = offered(before, "hash_tool")
-    assert entry is None or entry["placed_by"] != "history"
-    record(client, [tool_span("hash_tool", request)])
-    routing = route_until(
-        client, request, lambda r: (offered(r, "hash_tool") or {}).get("placed_by") == "history"
-    )
-    entry = offered(routing, "hash_tool")
-    assert entry is not None and entry["placed_by"] == "history", routing["tools"]
-    assert entry["closest"] == request
+    routing must come to offer it for that request with that outcome as its evidence."""
+    before = route(client, FINGERPRINT)
+    assert "history" not in before
+    assert "history_score" not in (offered(before, "hash_tool") or {})
+    record(client, [tool_span("hash_tool", FINGERPRINT)])
+    routing = route_until(client, FINGERPRINT, lambda r: "hash_tool" in learned_from(r))
+    assert learned_from(routing)["hash_tool"] == FINGERPRINT, routing["tools"]
     assert outcomes(routing) == 1
+
+
+def learned_from(routing: dict[str, Any]) -> dict[str, str]:
+    """Return the offered tools that have history, each with its closest past request."""
+    return {e["tool"]: e.get("closest") for e in routing["tools"][:TOP_K] if "history_score" in e}
+
+
+def test_a_tool_only_its_history_offers_is_placed_by_history(
+    planner_api: httpx.Client, settings: Any
+) -> None:
+    settings.ARES_ROUTER_HISTORY_REFRESH_S = 0
+    before = route(planner_api, FINGERPRINT)
+    assert before["tools"] == [], "by their descriptions, no built-in fits"
+    record(planner_api, [tool_span("hash_tool", FINGERPRINT)])
+    after = route_until(planner_api, FINGERPRINT, lambda r: outcomes(r) >= 1)
+    entry = offered(after, "hash_tool")
+    assert entry is not None, after
+    assert entry["placed_by"] == "history", after["tools"]
+    assert not entry["why"].startswith("its description matches"), entry
 
 
 def test_a_new_outcome_reaches_the_servers_routing_on_the_default_setup(
@@ -396,8 +417,7 @@ def test_a_new_outcome_reaches_the_servers_routing_with_celery(
         assert answer.status_code == 200, answer.text
     found = Invocation.objects.get(trace_id=answer.json()["trace_id"], tool_name="tool_discovery")
     [routed] = found.result["routing"]
-    entry = offered(routed, "hash_tool")
-    assert entry is not None and entry["placed_by"] == "history", routed
+    assert learned_from(routed).get("hash_tool") == FINGERPRINT, routed
     assert "hash_tool" in found.result["loaded"]
     # The server sent its tasks to the worker (tasks were not run inline).
     deadline = time.monotonic() + DEADLINE_S
