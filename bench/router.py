@@ -82,6 +82,8 @@ from planner_app.discovery.catalogue import (  # noqa: E402
 )
 from planner_app.discovery.outcomes import outcomes_from_dict  # noqa: E402
 from planner_app.discovery.router import (  # noqa: E402
+    DEFAULT_MIN_SCORE,
+    DEFAULT_MIN_SEMANTIC_SCORE,
     Combination,
     RouterSettings,
     ServerScoring,
@@ -258,6 +260,33 @@ def print_selection(results: list[Result]) -> None:
                 f"| {tuned_on} | {pick.name} | {_gate_text(gate, pick)} "
                 f"| {tested_on} | {columns} | "
                 f"{gate_figures(f, gate)} |"
+            )
+
+
+def print_site_gate(results: list[Result]) -> None:
+    """Print what the site's gate (DEFAULT_MIN_SCORE, DEFAULT_MIN_SEMANTIC_SCORE) does to
+    the default method on every split: the requests it silences, those of them that had
+    a right tool in the top 5 (its cost) and those that had none (what it saves the agent
+    from), and the hit@5 of the answers it lets through (its precision)."""
+    print("\nThe site's gate on the default method (lexical 0.12, semantic 0.64):")
+    print(
+        "| data set | split | silenced | of them with a right tool (cost) | saved "
+        "| precision | hit@5 ungated |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for result in results:
+        if result.method.name != DEFAULT:
+            continue
+        for split, f in result.by_split.items():
+            hit = f.per_query[:, 2] > 0
+            semantic = f.per_query[:, 4]
+            passed = (f.per_query[:, 3] >= DEFAULT_MIN_SCORE) | (
+                (semantic > 0) & (semantic >= DEFAULT_MIN_SEMANTIC_SCORE)
+            )
+            print(
+                f"| {result.dataset} | {split} | {(~passed).sum()} of {len(hit)} | "
+                f"{(~passed & hit).sum()} | {(~passed & ~hit).sum()} | "
+                f"{hit[passed].mean():.3f} | {hit.mean():.3f} |"
             )
 
 
@@ -466,6 +495,7 @@ def main() -> None:
         if args.dump:
             dump(results, args.dump)
         print_selection(results)
+        print_site_gate(results)
 
 
 if __name__ == "__main__":

@@ -17,16 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.preprocessing import normalize
 
-from planner_app.discovery.backends import Encoder, similarities
+from planner_app.discovery.backends import Encoder
 from planner_app.discovery.outcomes import DEFAULT_HALF_LIFE_S, Outcome
-from planner_app.discovery.text import analyze
+from planner_app.discovery.past_requests import PastRequests
 
-# wordllama is trained so that its first dimensions carry most of the meaning (Matryoshka):
-# the first 64 of its 256 take a quarter of the memory and CPU per past request.
-SEMANTIC_DIMENSIONS = 64
 # "A past request like this one": its similarity to the new request reaches this.
 LIKE_LEXICAL = 0.3
 LIKE_SEMANTIC = 0.8
@@ -74,6 +69,7 @@ class LearnedIndex:
         now: float = 0.0,
         little_history: int = 3,
         version: int = 0,
+        previous: PastRequests | None = None,
     ) -> None:
         rows = sorted(
             (
@@ -101,19 +97,11 @@ class LearnedIndex:
         counts = np.bincount(position, minlength=tool_count)
         self.has_history = counts > 0
         self.little_history = counts < little_history
-        self._vocabulary: dict[str, int] = {}
         self._semantic = semantic
-        if not rows:
-            return
-        vectorizer = TfidfVectorizer(analyzer=analyze, sublinear_tf=True, dtype=np.float32)
-        try:
-            # By term: a request's few terms then gather only the rows that have them.
-            self._columns = vectorizer.fit_transform(self._texts).tocsc()
-            self._vocabulary, self._idf = vectorizer.vocabulary_, vectorizer.idf_
-        except ValueError:  # not one term in any past request
-            pass
-        if semantic is not None:
-            self._semantic_rows = _first_dimensions(semantic.encode(self._texts))
+        self.requests = PastRequests(self._texts, semantic, previous)
+        self._text_row = np.array(
+            [self.requests.row_of[text] for text in self._texts], dtype=np.intp
+        )
 
     def __bool__(self) -> bool:
         return self.outcome_count > 0
@@ -125,14 +113,12 @@ class LearnedIndex:
         """
         if not self.outcome_count:
             return None
-        lexical = self._lexical_similarity(text)
+        lexical = self.requests.lexical(text)[self._text_row]
         semantic = None
         if self._semantic is not None:
             if embedding is None:
                 embedding = np.asarray(self._semantic.encode_queries([text]))[0]
-            query = np.asarray(embedding, dtype=np.float32).ravel()[:SEMANTIC_DIMENSIONS]
-            norm = float(np.linalg.norm(query))
-            semantic = similarities(self._semantic_rows, query / norm if norm else query)
+            semantic = self.requests.semantic_similarity(embedding)[self._text_row]
 
         def evidence(tool: int) -> ToolEvidence | None:
             return self._evidence(tool, lexical, semantic)
@@ -148,20 +134,6 @@ class LearnedIndex:
             fits,
             evidence,
         )
-
-    def _lexical_similarity(self, text: str) -> np.ndarray:
-        """Return each past request's TF-IDF cosine with a request (its terms counted once)."""
-        terms = {self._vocabulary[term] for term in analyze(text) if term in self._vocabulary}
-        if not terms:
-            return np.zeros(self.outcome_count)
-        index = np.fromiter(terms, dtype=np.intp)
-        weights = self._idf[index] / np.linalg.norm(self._idf[index])
-        columns, pointers = self._columns, self._columns.indptr
-        spans = [slice(pointers[i], pointers[i + 1]) for i in index]
-        rows = np.concatenate([columns.indices[span] for span in spans])
-        pairs = zip(spans, weights, strict=True)
-        values = np.concatenate([columns.data[span] * weight for span, weight in pairs])
-        return np.bincount(rows, values, minlength=self.outcome_count)
 
     def _standardised(self, similarity: np.ndarray, prior: tuple[float, float]) -> np.ndarray:
         """Return each tool's best success minus best failure, standardised over the tools
@@ -210,11 +182,3 @@ def _like(lexical: np.ndarray, semantic: np.ndarray | None) -> np.ndarray:
     """Return which past requests are like the new one, by either signal."""
     like = lexical >= LIKE_LEXICAL
     return like if semantic is None else like | (semantic >= LIKE_SEMANTIC)
-
-
-def _first_dimensions(rows: Any) -> np.ndarray:
-    """Return embedding rows cut to their first SEMANTIC_DIMENSIONS, L2-normalised again."""
-    rows = np.asarray(rows, dtype=np.float32)
-    if rows.shape[1] > SEMANTIC_DIMENSIONS:
-        rows = rows[:, :SEMANTIC_DIMENSIONS]
-    return normalize(np.ascontiguousarray(rows))

@@ -295,6 +295,7 @@ class _Ranked:
     semantic: np.ndarray | None
     term: np.ndarray  # the learned term
     past: LearnedScores
+    own: frozenset[int]  # the tools the description alone returns
 
 
 class _Index:
@@ -380,11 +381,16 @@ class ToolRouter:
         return len(self._tools)
 
     def learned_index(
-        self, outcomes: Sequence[Outcome], now: float, version: int = 0
+        self,
+        outcomes: Sequence[Outcome],
+        now: float,
+        version: int = 0,
+        previous: LearnedIndex | None = None,
     ) -> LearnedIndex:
         """Return the past outcomes in this router's text spaces, for route(learned=...).
 
         An outcome that names its tool without a server counts for every tool of that name.
+        `previous` (an earlier index) lends the features of the texts it had.
         """
         positions: dict[str, list[int]] = {}
         for position, (server, tool) in enumerate(self._tools):
@@ -400,6 +406,7 @@ class ToolRouter:
             now=now,
             little_history=self.settings.little_history,
             version=version,
+            previous=previous.requests if previous is not None else None,
         )
 
     def route(
@@ -561,18 +568,17 @@ class ToolRouter:
         description = lexical if len(signals) == 1 else self._fuse_all(signals)
         everything = np.arange(len(self._tools))
         no_server_scores = np.zeros(len(self._tools))
+        own = self._best(everything, description, no_server_scores, lexical, semantic, limit)
         past = learned.scores(text, embedding) if learned is not None else None
         if past is None:
-            matches = self._best(
-                everything, description, no_server_scores, lexical, semantic, limit
-            )
-            return Routing(mode, matches)
+            return Routing(mode, own)
         term = self._learned_term(past)
         scores = self._fuse_all(signals, term)
         matches = self._best(
             everything, scores, no_server_scores, lexical, semantic, limit, past.fits
         )
-        ranked = _Ranked(description, scores, lexical, semantic, term, past)
+        own_top = frozenset(self._positions[(m.server, m.tool)] for m in own)
+        ranked = _Ranked(description, scores, lexical, semantic, term, past, own_top)
         matches = self._placed(matches, ranked, limit or self.settings.top_tools)
         assert learned is not None
         return Routing(mode, matches, history=(learned.outcome_count, learned.tools_with_history))
@@ -582,18 +588,18 @@ class ToolRouter:
     ) -> tuple[ToolMatch, ...]:
         """Return the matches with what placed each, and the new tool slot filled.
 
-        A tool in the description's own top k is placed by its description, any other by
-        its past requests. The slot: the best description match among tools with little
-        history takes the last place, when it is not in the answer already.
+        A tool the description alone returns (its top k, past the gate) is placed by its
+        description, any other by its past requests. The slot: the best description match
+        among tools with little history takes the last place, when it is not in the answer
+        already and the description alone returns anything.
         """
         position = self._positions
-        own_top = set(_top(ranked.description, limit).tolist())
         placed = [
-            self._with_history(match, i, DESCRIPTION if i in own_top else HISTORY, ranked)
+            self._with_history(match, i, DESCRIPTION if i in ranked.own else HISTORY, ranked)
             for match in matches
             for i in (position[(match.server, match.tool)],)
         ]
-        if not (self.settings.new_tool_slot and placed and limit > 1):
+        if not (self.settings.new_tool_slot and placed and ranked.own and limit > 1):
             return tuple(placed)
         little = ranked.past.little_history & (ranked.description > 0)
         newcomers = np.where(little, ranked.description, -np.inf)

@@ -41,7 +41,8 @@ SEMANTIC_DEFAULT = "auto"
 
 logger = logging.getLogger(__name__)
 # Up to this many outcomes the learned index is rebuilt before the search that finds the
-# history changed (tens of milliseconds); past it, in a thread, the search using the last one.
+# history changed (tens of milliseconds); past it, in a thread, the search using the last
+# index meanwhile (none at first: a first build takes about half a millisecond per text).
 SYNC_BUILD_OUTCOMES = 2_000
 
 # Built-in tool -> category; a built-in not listed here joins OTHER_BUILTINS.
@@ -183,13 +184,12 @@ class RegistryRouter:
             last, building = self._learned, self._learning
             if last is not None and last[0] is router and last[1] == version:
                 return last[2]
-            in_thread = last is not None and last[0] is router
-            in_thread = in_thread and len(self.history) > SYNC_BUILD_OUTCOMES
-            if in_thread:
+            if len(self.history) > SYNC_BUILD_OUTCOMES:
                 if not building:
                     self._learning = True
                     threading.Thread(target=self._learn_aside, args=(router,), daemon=True).start()
-                return last[2]
+                # The last index, while it fits this router; else none until the new one.
+                return last[2] if last is not None and last[0] is router else None
         return self._learn(router)
 
     def _learn_aside(self, router: ToolRouter) -> None:
@@ -204,7 +204,10 @@ class RegistryRouter:
         assert self.history is not None
         try:
             version = self.history.version
-            index = router.learned_index(self.history.outcomes(), time.time(), version)
+            with self._lock:
+                previous = self._learned[2] if self._learned is not None else None
+            outcomes = self.history.outcomes()
+            index = router.learned_index(outcomes, time.time(), version, previous)
             with self._lock:
                 if self._learned is None or self._learned[1] <= version:
                     self._learned = (router, version, index)

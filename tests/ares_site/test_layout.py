@@ -57,6 +57,7 @@ CORE = (
     "planner_app.discovery.routing",
     "planner_app.discovery.learned",
     "planner_app.discovery.outcomes",
+    "planner_app.discovery.past_requests",
     "planner_app.discovery.backends",
     "planner_app.discovery.catalogue",
     "planner_app.discovery.text",
