@@ -171,7 +171,7 @@ def scale_figures(servers: Sequence[Server], texts: Sequence[str], outcomes: int
     """
     semantic = WordLlamaBackend() if semantic_available() else None
     router = ToolRouter(servers, RouterSettings(cache_size=0), semantic=semantic)
-    names = [tool.name for server in router.servers for tool in server.tools]
+    tools = [(server.name, tool.name) for server in router.servers for tool in server.tools]
     rng = random.Random(SEED)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -179,10 +179,11 @@ def scale_figures(servers: Sequence[Server], texts: Sequence[str], outcomes: int
     history.add(
         Outcome(
             f"{rng.choice(texts)} #{i}",
-            names[i % len(names)],
+            tools[i % len(tools)][1],
             1.0 if rng.random() < 0.1 else 0.0,
             float(i),
             source=f"bench/{i}",
+            server=tools[i % len(tools)][0],
         )
         for i in range(outcomes)
     )
