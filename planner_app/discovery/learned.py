@@ -99,9 +99,14 @@ class LearnedIndex:
         self.little_history = counts < little_history
         self._semantic = semantic
         self.requests = PastRequests(self._texts, semantic, previous)
-        self._text_row = np.array(
+        self._text_row: np.ndarray | slice = np.array(
             [self.requests.row_of[text] for text in self._texts], dtype=np.intp
         )
+        if np.array_equal(self._text_row, np.arange(len(self.requests))):
+            self._text_row = slice(None)  # every text once, in order: no gathering
+        # The failures, a few of the outcomes: their best per tool is taken over them alone.
+        self._failures = np.flatnonzero(self._failed > 0)
+        self._failure_segments = np.searchsorted(self._starts, self._failures, side="right") - 1
 
     def __bool__(self) -> bool:
         return self.outcome_count > 0
@@ -139,7 +144,9 @@ class LearnedIndex:
         """Return each tool's best success minus best failure, standardised over the tools
         with outcomes (and the prior); 0 for the tools without."""
         best_ok = np.maximum.reduceat(similarity * self._ok, self._starts)
-        best_failed = np.maximum.reduceat(similarity * self._failed, self._starts)
+        best_failed = np.zeros(len(best_ok))
+        failed = similarity[self._failures] * self._failed[self._failures]
+        np.maximum.at(best_failed, self._failure_segments, failed)
         raw = best_ok - best_failed
         (prior_mean, prior_deviation), weight = prior, PRIOR_TOOLS
         mean = (raw.sum() + weight * prior_mean) / (len(raw) + weight)
