@@ -12,6 +12,7 @@ for requests like this one is a disadvantage.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,9 @@ class LearnedScores:
     evidence: Any  # Callable[[int], ToolEvidence | None], computed for the tools shown
 
 
+_BUILDS = itertools.count(1)
+
+
 class LearnedIndex:
     """Past outcomes in the router's text spaces, grouped by the router's tool positions."""
 
@@ -80,7 +84,8 @@ class LearnedIndex:
             key=lambda row: row[0],
         )
         self.tool_count = tool_count
-        self.version = version  # the history's, when built: a routing cache key
+        self.version = version  # the history's, when built
+        self.key = next(_BUILDS)  # this index's own number: the routing cache's key
         self.outcome_count = len(rows)
         self.tools_with_history = len({position for position, _ in rows})
         self._texts = [outcome.request for _, outcome in rows]

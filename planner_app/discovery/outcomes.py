@@ -106,13 +106,6 @@ class OutcomeHistory:
             self.version += 1
         self.add(outcomes)
 
-    def forget_tool(self, tool: str) -> None:
-        """Forget every outcome of a tool."""
-        with self._lock:
-            for outcome in self._by_tool.pop(tool, []):
-                self._tool_of.pop(outcome.source, None)
-            self.version += 1
-
     def outcomes(self) -> list[Outcome]:
         """Return every kept outcome, tool by tool, oldest first within a tool."""
         with self._lock:

@@ -455,7 +455,7 @@ class ToolRouter:
     ) -> Routing:
         """Return the best tools for a request by matching it against every tool at once."""
         learned = learned if learned else None  # an index of no outcomes changes nothing
-        version = None if learned is None else (id(learned), learned.version)
+        version = None if learned is None else learned.key
         key = (RouteMode.FLAT, tool.strip(), server.strip(), limit or self.settings.top_tools)
         if (routing := self.cache.get((*key, version))) is not None:
             return routing

@@ -130,7 +130,8 @@ class RegistryRouter:
         self._changes = 0
         self._built_for = -1
         self._router: ToolRouter | None = None
-        self._learned: tuple[ToolRouter, int, LearnedIndex] | None = None
+        # The last learned index: the router, history and history version it was built for.
+        self._learned: tuple[ToolRouter, OutcomeHistory, int, LearnedIndex] | None = None
         self._learning = False  # a thread is building the learned index
         self.builds = 0
         registry.on_change(self._count_change)
@@ -182,14 +183,15 @@ class RegistryRouter:
         version = self.history.version
         with self._lock:
             last, building = self._learned, self._learning
-            if last is not None and last[0] is router and last[1] == version:
-                return last[2]
+            fits = last is not None and last[0] is router and last[1] is self.history
+            if last is not None and fits and last[2] == version:
+                return last[3]
             if len(self.history) > SYNC_BUILD_OUTCOMES:
                 if not building:
                     self._learning = True
                     threading.Thread(target=self._learn_aside, args=(router,), daemon=True).start()
                 # The last index, while it fits this router; else none until the new one.
-                return last[2] if last is not None and last[0] is router else None
+                return last[3] if last is not None and fits else None
         return self._learn(router)
 
     def _learn_aside(self, router: ToolRouter) -> None:
@@ -201,16 +203,17 @@ class RegistryRouter:
 
     def _learn(self, router: ToolRouter) -> LearnedIndex:
         """Build the learned index of the history as it is now, and keep it."""
-        assert self.history is not None
+        history = self.history
+        assert history is not None
         try:
-            version = self.history.version
+            version = history.version
             with self._lock:
-                previous = self._learned[2] if self._learned is not None else None
-            outcomes = self.history.outcomes()
-            index = router.learned_index(outcomes, time.time(), version, previous)
+                previous = self._learned[3] if self._learned is not None else None
+            index = router.learned_index(history.outcomes(), time.time(), version, previous)
             with self._lock:
-                if self._learned is None or self._learned[1] <= version:
-                    self._learned = (router, version, index)
+                last = self._learned
+                if last is None or last[1] is not history or last[2] <= version:
+                    self._learned = (router, history, version, index)
             return index
         finally:
             with self._lock:
