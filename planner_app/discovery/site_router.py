@@ -192,7 +192,11 @@ class RegistryRouter:
                     threading.Thread(target=self._learn_aside, args=(router,), daemon=True).start()
                 # The last index, while it fits this router; else none until the new one.
                 return last[3] if last is not None and fits else None
-        return self._learn(router)
+        try:
+            return self._learn(router)
+        except Exception:  # routing by the descriptions beats no routing at all
+            logger.exception("the router's learned index could not be built")
+            return None
 
     def _learn_aside(self, router: ToolRouter) -> None:
         """Build the learned index in a thread; a failure is logged, the last index stays."""
