@@ -16,7 +16,6 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import sparse
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
-from sklearn.preprocessing import normalize
 
 from planner_app.discovery.text import analyze_with_pairs
 
@@ -59,9 +58,57 @@ def similarities(rows: Any, query: Any) -> np.ndarray:
     return np.asarray(product, dtype=np.float64).ravel()
 
 
+def query_rows(
+    texts: Sequence[str], vocabulary: dict[str, int], weights: np.ndarray, unit: bool
+) -> sparse.csr_matrix:
+    """Return one row per request: each of its terms in the vocabulary once, with its weight,
+    L2-normalised when `unit`.
+
+    What a fitted vectorizer's transform gives with binary counts, without scikit-learn's
+    checks on every call (about a millisecond a routing).
+    """
+    indptr, indices = [0], []
+    for text in texts:
+        terms = analyze_with_pairs(text)
+        found = sorted({vocabulary[term] for term in terms if term in vocabulary})
+        indices.extend(found)
+        indptr.append(len(indices))
+    data = weights[np.array(indices, dtype=np.intp)].astype(np.float32)
+    if unit and data.size:
+        lengths = np.diff(indptr)
+        rows = np.repeat(np.arange(len(texts)), lengths)
+        norms = np.sqrt(np.bincount(rows, data.astype(np.float64) ** 2, minlength=len(texts)))
+        data = (data / norms[rows]).astype(np.float32)
+    shape = (len(texts), len(weights))
+    return sparse.csr_matrix((data, np.array(indices, dtype=np.int32), indptr), shape=shape)
+
+
+def by_columns(rows: Any) -> Any:
+    """Return sparse rows stored by column, for column_similarities; dense rows as they are."""
+    return rows.tocsc() if sparse.issparse(rows) else rows
+
+
+def column_similarities(columns: Any, query: Any) -> np.ndarray:
+    """Return every row's dot product with a one-row query, gathering only the query's
+    columns (a request has a few terms; a sparse product costs the whole matrix)."""
+    if not sparse.issparse(columns):
+        return similarities(columns, query)
+    query = sparse.csr_matrix(query)
+    pointers = columns.indptr
+    spans = [slice(pointers[i], pointers[i + 1]) for i in query.indices]
+    if not spans:
+        return np.zeros(columns.shape[0])
+    rows = np.concatenate([columns.indices[span] for span in spans])
+    pairs = zip(spans, query.data.astype(np.float64), strict=True)
+    values = np.concatenate([columns.data[span] * weight for span, weight in pairs])
+    return np.bincount(rows, values, minlength=columns.shape[0])
+
+
 class TfidfEncoder:
     def __init__(self, vectorizer: TfidfVectorizer) -> None:
         self._vectorizer = vectorizer
+        self._vocabulary = vectorizer.vocabulary_
+        self._idf = vectorizer.idf_
 
     def encode(self, texts: Sequence[str]) -> Any:
         return self._vectorizer.transform(texts)
@@ -73,9 +120,7 @@ class TfidfEncoder:
         under-weights its second one; counting each term once gives every part of a
         several-tool request its say. Documents keep their sub-linear counts.
         """
-        rows = self._vectorizer.transform(texts)
-        rows.data = self._vectorizer.idf_[rows.indices].astype(rows.dtype)
-        return normalize(rows, copy=False)
+        return query_rows(texts, self._vocabulary, self._idf, unit=True)
 
 
 class TfidfBackend:
@@ -112,6 +157,7 @@ class Bm25Encoder:
         self._vectorizer = vectorizer
         self._idf = idf
         self._average_length = average_length
+        self._ones = np.ones(len(idf), dtype=np.float32)
 
     def encode(self, texts: Sequence[str]) -> Any:
         counts = self._vectorizer.transform(texts).astype(np.float32).tocsr()
@@ -123,9 +169,7 @@ class Bm25Encoder:
         return counts.multiply(self._idf).tocsr()
 
     def encode_queries(self, texts: Sequence[str]) -> Any:
-        rows = self._vectorizer.transform(texts).astype(np.float32)
-        rows.data[:] = 1.0
-        return rows
+        return query_rows(texts, self._vectorizer.vocabulary_, self._ones, unit=False)
 
 
 class Bm25Backend:
@@ -231,7 +275,9 @@ class StaticEmbeddingEncoder:
         indices = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
         indptr = np.concatenate([[0], np.cumsum(lengths)])
         means = sparse.csr_matrix((shares, indices, indptr), shape=(len(ids), table.shape[0]))
-        return normalize(np.asarray(means @ table, dtype=np.float32))
+        rows = np.asarray(means @ table, dtype=np.float32)
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        return rows / np.where(norms > 0, norms, 1.0)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self.encode(texts)

@@ -36,6 +36,8 @@ from planner_app.discovery.backends import (
     Bm25Backend,
     Encoder,
     TfidfBackend,
+    by_columns,
+    column_similarities,
     similarities,
 )
 from planner_app.discovery.catalogue import Server, Tool
@@ -317,6 +319,7 @@ class _Index:
             self.server_rows = encoder.encode([server_document(s) for s in servers])
         self.tool_rows = encoder.encode([tool_document(tool) for _, tool in tools])
         self.flat_rows = encoder.encode([flat_document(s, t) for s, t in tools])
+        self.flat_columns = by_columns(self.flat_rows)
 
     def server_scores(self, query: object) -> np.ndarray:
         if self.scoring == ServerScoring.MAX:
@@ -371,7 +374,9 @@ class ToolRouter:
         self._lexical = _Index(encoder, self.servers, self._tools, scoring)
         if self.settings.bm25_weight > 0:
             self._bm25 = Bm25Backend().fit(tool_docs + own_docs)
-            self._bm25_rows = self._bm25.encode([flat_document(s, t) for s, t in self._tools])
+            self._bm25_rows = by_columns(
+                self._bm25.encode([flat_document(s, t) for s, t in self._tools])
+            )
         if semantic is not None:
             semantic_encoder = semantic.fit(tool_docs + own_docs)
             self._semantic = _Index(semantic_encoder, self.servers, self._tools, scoring)
@@ -556,10 +561,10 @@ class ToolRouter:
     ) -> Routing:
         text = tool_text if server_text in ("", tool_text) else f"{server_text} {tool_text}"
         query = self._lexical.encoder.encode_queries([text])
-        lexical = similarities(self._lexical.flat_rows, query)
+        lexical = column_similarities(self._lexical.flat_columns, query)
         signals = [(lexical, 1.0)]
         if self._bm25 is not None:
-            bm25 = similarities(self._bm25_rows, self._bm25.encode_queries([text]))
+            bm25 = column_similarities(self._bm25_rows, self._bm25.encode_queries([text]))
             signals.append((bm25, self.settings.bm25_weight))
         semantic = embedding = None
         if self._semantic is not None:
