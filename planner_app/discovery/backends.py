@@ -94,12 +94,19 @@ def column_similarities(columns: Any, query: Any) -> np.ndarray:
     if not sparse.issparse(columns):
         return similarities(columns, query)
     query = sparse.csr_matrix(query)
+    return gather_columns(columns, query.indices, query.data.astype(np.float64))
+
+
+def gather_columns(
+    columns: sparse.csc_matrix, index: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """Return every row's weighted sum over the columns `index` (a request's terms)."""
     pointers = columns.indptr
-    spans = [slice(pointers[i], pointers[i + 1]) for i in query.indices]
+    spans = [slice(pointers[i], pointers[i + 1]) for i in index]
     if not spans:
         return np.zeros(columns.shape[0])
     rows = np.concatenate([columns.indices[span] for span in spans])
-    pairs = zip(spans, query.data.astype(np.float64), strict=True)
+    pairs = zip(spans, weights, strict=True)
     values = np.concatenate([columns.data[span] * weight for span, weight in pairs])
     return np.bincount(rows, values, minlength=columns.shape[0])
 

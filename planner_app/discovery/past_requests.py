@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import sparse
 
-from planner_app.discovery.backends import Encoder
+from planner_app.discovery.backends import Encoder, gather_columns, similarities
 from planner_app.discovery.text import analyze
 
 HASH_SPACE = 1 << 24  # term hashes: collisions between two of 16 million, rare enough
@@ -96,12 +96,7 @@ class PastRequests:
             return np.zeros(len(self))
         index = index[np.argsort(-self._idf[index])[:QUERY_TERMS]]
         weights = self._idf[index] / np.linalg.norm(self._idf[index])
-        pointers = self._columns.indptr
-        spans = [slice(pointers[i], pointers[i + 1]) for i in index]
-        rows = np.concatenate([self._columns.indices[span] for span in spans])
-        pairs = zip(spans, weights, strict=True)
-        values = np.concatenate([self._columns.data[span] * weight for span, weight in pairs])
-        return np.bincount(rows, values, minlength=len(self))
+        return gather_columns(self._columns, index, weights)
 
     def semantic_similarity(self, embedding: np.ndarray) -> np.ndarray:
         """Return each text's embedding similarity to a request's (its full vector)."""
@@ -109,7 +104,7 @@ class PastRequests:
         query = np.asarray(embedding, dtype=np.float32).ravel()[:SEMANTIC_DIMENSIONS]
         norm = float(np.linalg.norm(query))
         query = query / norm if norm else query
-        return np.einsum("ij,j->i", self.embeddings, query).astype(np.float64)
+        return similarities(self.embeddings, query)
 
 
 def _same_space(one: Encoder | None, other: Encoder | None) -> bool:
