@@ -209,6 +209,59 @@ class RuleSetVersion(models.Model):
         return f"v{self.number}: {self.change}"
 
 
+class Proposal(models.Model):
+    """A change the planner proposes from recorded traffic, with its evidence and backtest.
+
+    `key` names what is proposed (stable across refreshes); a dismissed proposal comes back
+    only when its evidence grows past `dismissed_evidence`. Applying a rule or mapping
+    proposal makes a rule-set version (`applied_version`); a workflow proposal saves a
+    Workflow (`workflow`).
+    """
+
+    class Kind(models.TextChoices):
+        RULE = "rule", "Rule"
+        MAPPING = "mapping", "Mapping"
+        WORKFLOW = "workflow", "Workflow"
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        APPLIED = "applied", "Applied"
+        DISMISSED = "dismissed", "Dismissed"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    key = models.CharField(max_length=300, unique=True)
+    title = models.CharField(max_length=300)
+    target = models.CharField(max_length=200, help_text="The capability, or the workflow's name")
+    why = models.TextField(blank=True)
+    ops = models.JSONField(default=list, blank=True, help_text="The change (proposals/changes.py)")
+    workflow_definition = models.JSONField(null=True, blank=True)
+    evidence = models.JSONField(default=list, blank=True, help_text="The requests behind it")
+    evidence_count = models.PositiveIntegerField(default=0)
+    backtest = models.JSONField(default=dict, blank=True)
+    ruleset_version = models.PositiveIntegerField(
+        default=0, help_text="The rule-set version it was proposed and backtested against"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    dismissed_evidence = models.PositiveIntegerField(null=True, blank=True)
+    applied_version = models.PositiveIntegerField(null=True, blank=True)
+    workflow = models.ForeignKey(
+        "Workflow", null=True, blank=True, on_delete=models.SET_NULL, related_name="proposals"
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["status", "-evidence_count", "key"]
+        indexes = [models.Index(fields=["status", "kind"], name="proposal_status_kind")]
+
+    def __str__(self) -> str:
+        return self.title
+
+
 class Workflow(models.Model):
     """A named DAG of tool steps (Path 3), stored as the JSON that workflows/graph.py reads."""
 
