@@ -1,0 +1,394 @@
+"""Workflow proposals: recurring tool chains in recorded traces become workflows that run.
+
+The first tests build traces from real tool results (the engine, no database); the
+site tests record real spans through the engine and the ingest API, read them back as
+traffic, save the proposal as a Workflow row and run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from planner_app.proposals import chains
+from planner_app.proposals.chains import propose_workflows
+from planner_app.proposals.traffic import Call, Served
+from planner_app.workflows.graph import validate_workflow, workflow_from_json
+from tools_app.configured_builtins import builtin_specs
+from tools_app.engine import ToolEngine
+from tools_app.registry import ToolRegistry
+from tools_app.specs import ToolCall
+
+START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+DATES = ["2024-03-10", "2025-01-28", "2023-07-04", "2024-12-30", "2026-02-14"]
+DATE_CHAIN = ("datetime", "string_utils", "hash_tool")
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[ToolEngine]:
+    """A real engine over the built-in tools, recording nothing."""
+    engine = ToolEngine(ToolRegistry(builtin_specs()))
+    yield engine
+    engine.close()
+
+
+class Recorder:
+    """Make traces of real tool calls, as the traffic reader would return them."""
+
+    def __init__(self, engine: ToolEngine) -> None:
+        self.engine, self.traces = engine, 0
+
+    def call(self, tool: str, arguments: dict[str, Any], chosen_by: str = "llm") -> Call:
+        result = self.engine.execute(ToolCall(tool, arguments, "call"))
+        at = START + timedelta(minutes=self.traces)
+        return Call(tool, chosen_by, result.success, arguments, result.data, at)
+
+    def trace(self, request: str, calls: list[Call]) -> Served:
+        self.traces += 1
+        at = START + timedelta(minutes=self.traces)
+        return Served(f"{self.traces:032x}", request, at, tuple(calls))
+
+    def date_chain(self, date: str, *, noise: bool = False, chosen_by: str = "llm") -> Served:
+        """datetime adds 5 days, string_utils drops the dashes, hash_tool hashes the result."""
+        moved = self.call("datetime", {"operation": "add", "datetime": date, "days": 5}, chosen_by)
+        calls = [moved]
+        if noise:
+            calls.append(self.call("calculator", {"expression": "17 * 23"}, chosen_by))
+        digits = self.call(
+            "string_utils",
+            {"operation": "replace", "text": moved.result["date"], "old": "-", "new": ""},
+            chosen_by,
+        )
+        calls.append(digits)
+        if noise:
+            calls.append(self.call("string_utils", {"operation": "upper", "text": "noise"}))
+        calls.append(
+            self.call("hash_tool", {"operation": "sha256", "text": digits.result["result"]})
+        )
+        return self.trace(f"a code for {date} plus five days", calls)
+
+
+@pytest.fixture
+def recorder(engine: ToolEngine) -> Recorder:
+    return Recorder(engine)
+
+
+@pytest.fixture(scope="module")
+def registry(engine: ToolEngine) -> ToolRegistry:
+    return engine.registry
+
+
+def only(candidates: list[Any]) -> Any:
+    assert len(candidates) == 1, [candidate.key for candidate in candidates]
+    return candidates[0]
+
+
+def test_it_proposes_a_recurring_chain_with_its_data_flow(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    traffic = [recorder.date_chain(date) for date in DATES[:4]]
+    candidate = only(propose_workflows(traffic, registry))
+    assert (candidate.kind, candidate.key) == (
+        "workflow",
+        "workflow:datetime>string_utils>hash_tool",
+    )
+    assert candidate.target == "datetime-string_utils-hash_tool"
+    steps = candidate.workflow["steps"]
+    assert [step["tool"] for step in steps] == list(DATE_CHAIN)
+    assert steps[1]["arguments"] == {
+        "operation": "replace", "text": "{$s1.date}", "old": "-", "new": "",
+    }  # fmt: skip
+    assert steps[2]["arguments"] == {"operation": "sha256", "text": "{$s2.result}"}
+    assert "name" not in candidate.workflow
+    workflow = workflow_from_json({**candidate.workflow, "name": candidate.target})
+    assert validate_workflow(workflow, registry) == []
+    assert candidate.backtest["traces"] == 4 and candidate.backtest["explained"] == 4
+    links = candidate.backtest["links"]
+    assert [(link["step"], link["argument"], link["held"]) for link in links] == [
+        ("s2", "text", 4), ("s3", "text", 4),
+    ]  # fmt: skip
+    # The date varied and came from no output: an input, holding the newest value.
+    [varied] = candidate.backtest["inputs"]
+    assert (varied["step"], varied["argument"], varied["distinct"]) == ("s1", "datetime", 4)
+    assert steps[0]["arguments"]["datetime"] == DATES[3]
+    assert "s1.datetime" in candidate.why
+    assert [served.trace_id for served in candidate.evidence] == [
+        served.trace_id for served in reversed(traffic)
+    ]
+
+
+def test_it_proposes_nothing_for_chains_seen_fewer_than_three_times(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    traffic = [recorder.date_chain(date) for date in DATES[:2]]
+    traffic.append(
+        recorder.trace(
+            "one-off", [recorder.call("string_utils", {"operation": "upper", "text": "abc"})]
+        )
+    )
+    assert propose_workflows(traffic, registry) == []
+
+
+def test_it_finds_the_chain_through_calls_between_its_steps(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    traffic = [recorder.date_chain(date, noise=index % 2 == 0) for index, date in enumerate(DATES)]
+    candidate = only(propose_workflows(traffic, registry))
+    assert [step["tool"] for step in candidate.workflow["steps"]] == list(DATE_CHAIN)
+    assert candidate.backtest["traces"] == 5 and candidate.backtest["explained"] == 5
+
+
+def test_unrelated_calls_in_the_same_order_are_no_chain(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    """Calls that share no data are not a chain, however often they come in that order."""
+    traffic = [
+        recorder.trace(
+            f"two things {n}",
+            [
+                recorder.call("calculator", {"expression": f"{n} * 1000 + 7"}),
+                recorder.call("string_utils", {"operation": "upper", "text": f"word {n}"}),
+                recorder.call("hash_tool", {"operation": "md5", "text": f"other {n}"}),
+            ],
+        )
+        for n in range(11, 16)
+    ]
+    assert propose_workflows(traffic, registry) == []
+
+
+@pytest.mark.parametrize("chosen_by", ["planner", "workflow"])
+def test_it_leaves_out_calls_a_planner_or_workflow_chose(
+    recorder: Recorder, registry: ToolRegistry, chosen_by: str
+) -> None:
+    """A workflow's own runs must not propose it again, nor the planner's plans."""
+    traffic = [recorder.date_chain(date, chosen_by=chosen_by) for date in DATES]
+    assert propose_workflows(traffic, registry) == []
+
+
+def test_it_leaves_out_failed_calls(recorder: Recorder, registry: ToolRegistry) -> None:
+    traffic = []
+    for date in DATES[:4]:
+        served = recorder.date_chain(date)
+        failed = recorder.call("hash_tool", {"operation": "base64_decode", "text": "%%%"})
+        assert not failed.ok
+        traffic.append(Served(served.trace_id, served.request, served.at, (*served.calls, failed)))
+    candidate = only(propose_workflows(traffic, registry))
+    assert [step["tool"] for step in candidate.workflow["steps"]] == list(DATE_CHAIN)
+
+
+def test_it_interpolates_an_output_inside_longer_text(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    traffic = []
+    for price in (12.5, 40.25, 7.75):
+        document = json.dumps({"order": {"price": price, "currency": "EUR"}})
+        found = recorder.call(
+            "json_tools", {"operation": "query", "text": document, "pointer": "/order/price"}
+        )
+        total = recorder.call(
+            "calculator", {"expression": f"{json.dumps(found.result['value'])} * 3"}
+        )
+        label = recorder.call(
+            "hash_tool", {"operation": "md5", "text": f"total:{json.dumps(total.result['result'])}"}
+        )
+        traffic.append(recorder.trace(f"label for {price}", [found, total, label]))
+    candidate = only(propose_workflows(traffic, registry))
+    steps = candidate.workflow["steps"]
+    assert steps[1]["arguments"] == {"expression": "{$s1.value} * 3"}
+    assert steps[2]["arguments"] == {"operation": "md5", "text": "total:{$s2.result}"}
+    assert candidate.backtest["explained"] == 3
+
+
+def test_it_keeps_the_most_common_value_of_a_constant(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    """An argument that came from no output holds the value it had most often."""
+    traffic = []
+    for index, date in enumerate(DATES):
+        served = recorder.date_chain(date)
+        if index == len(DATES) - 1:  # the newest uses md5 once; sha256 is the common one
+            digits = served.calls[1]
+            odd = recorder.call("hash_tool", {"operation": "md5", "text": digits.result["result"]})
+            served = Served(served.trace_id, served.request, served.at, (*served.calls[:2], odd))
+        traffic.append(served)
+    candidate = only(propose_workflows(traffic, registry))
+    assert candidate.workflow["steps"][2]["arguments"]["operation"] == "sha256"
+    assert {item["argument"] for item in candidate.backtest["inputs"]} == {"datetime", "operation"}
+
+
+def test_a_reference_whose_types_do_not_fit_is_dropped(registry: ToolRegistry) -> None:
+    """An outside agent said it passed a number as text: no reference, so no chain."""
+    traffic = []
+    for n in (1234, 5678, 9012):
+        total = Call("calculator", "external", True, {"expression": f"{n}+0"},
+                     {"result": n, "expression": f"{n}+0"}, START)  # fmt: skip
+        shout = Call("string_utils", "external", True, {"operation": "upper", "text": n},
+                     {"operation": "upper", "result": str(n)}, START)  # fmt: skip
+        traffic.append(Served(f"{n:032x}", "shout", START, (total, shout)))
+    [(tools, found)] = chains.recurring_chains(traffic).items()
+    flow = chains.data_flow(tools, found, registry)
+    assert flow.links == []
+    [dropped] = flow.dropped
+    assert (dropped["step"], dropped["argument"], dropped["reference"]) == (
+        "s2",
+        "text",
+        "{$s1.result}",
+    )
+    assert "expects string" in dropped["problem"]
+    assert propose_workflows(traffic, registry) == []
+
+
+def test_it_proposes_nothing_for_a_tool_the_registry_does_not_have(registry: ToolRegistry) -> None:
+    traffic = []
+    for n in range(3):
+        found = Call("crm.lookup", "external", True, {"email": f"user{n}@example.com"},
+                     {"customer_id": f"cust-{n}-xyz"}, START)  # fmt: skip
+        hashed = Call("hash_tool", "external", True,
+                      {"operation": "sha256", "text": f"cust-{n}-xyz"},
+                      {"result": f"digest-{n}"}, START)  # fmt: skip
+        traffic.append(Served(f"{n:032x}", "look up", START, (found, hashed)))
+    assert list(chains.recurring_chains(traffic)) == [("crm.lookup", "hash_tool")]
+    assert propose_workflows(traffic, registry) == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="null"),
+        pytest.param(True, id="true"),
+        pytest.param(0, id="zero"),
+        pytest.param(7, id="a small whole number"),
+        pytest.param("ok", id="a short string"),
+        pytest.param("   ", id="blank"),
+        pytest.param([], id="an empty list"),
+        pytest.param({"a": 1}, id="an object of small numbers"),
+    ],
+)
+def test_values_that_say_little_never_link_two_calls(value: Any, registry: ToolRegistry) -> None:
+    traffic = [
+        Served(f"{n:032x}", "r", START, (
+            Call("json_tools", "llm", True,
+                 {"operation": "query", "text": f'{{"n": {n}}}', "pointer": "/n"},
+                 {"operation": "query", "value": value}, START),
+            Call("string_utils", "llm", True, {"operation": "upper", "text": value, "items": [n]},
+                 {"operation": "upper", "result": "x"}, START),
+        ))
+        for n in range(4)
+    ]  # fmt: skip
+    assert chains.recurring_chains(traffic) == {}
+
+
+def test_a_number_links_only_as_a_whole_number_in_text(registry: ToolRegistry) -> None:
+    """37 is not in "1375 + 2", nor 37.5 in "37.55 * 2"; it is in "37 + 2"."""
+
+    def pair(result: float, expression: str) -> Served:
+        first = Call("calculator", "llm", True, {"expression": "x"}, {"result": result}, START)
+        second = Call("calculator", "llm", True, {"expression": expression}, {"result": 1}, START)
+        return Served("0" * 32, "r", START, (first, second))
+
+    assert chains._chains_of(pair(37, "1375 + 2")) == {}
+    assert chains._chains_of(pair(37.5, "37.55 * 2")) == {}
+    assert list(chains._chains_of(pair(37, "37 + 2"))) == [("calculator", "calculator")]
+    assert list(chains._chains_of(pair(37, "(37) + 2."))) == [("calculator", "calculator")]
+
+
+def test_an_echo_of_the_producers_own_arguments_is_no_link() -> None:
+    """Both calls got the text from the user; the first only echoed it back."""
+    first = Call(
+        "calculator",
+        "llm",
+        True,
+        {"expression": "12*12"},
+        {"result": 144, "expression": "12*12"},
+        START,
+    )
+    second = Call(
+        "hash_tool", "llm", True, {"operation": "md5", "text": "12*12"}, {"result": "d"}, START
+    )
+    assert chains._chains_of(Served("0" * 32, "r", START, (first, second))) == {}
+
+
+def test_a_longer_chain_hides_its_parts_seen_as_often(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    traffic = [recorder.date_chain(date) for date in DATES[:3]]
+    assert {("datetime", "string_utils"), ("string_utils", "hash_tool")} <= set(
+        chains.recurring_chains(traffic)
+    )
+    keys = [candidate.key for candidate in propose_workflows(traffic, registry)]
+    assert keys == ["workflow:datetime>string_utils>hash_tool"]
+
+
+def test_a_part_seen_more_often_than_the_whole_is_proposed_too(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    traffic = [recorder.date_chain(date) for date in DATES[:3]]
+    for text in ("alpha-beta", "gamma-delta", "epsilon-zeta", "eta-theta"):
+        digits = recorder.call(
+            "string_utils", {"operation": "replace", "text": text, "old": "-", "new": ""}
+        )
+        hashed = recorder.call(
+            "hash_tool", {"operation": "sha256", "text": digits.result["result"]}
+        )
+        traffic.append(recorder.trace(f"hash {text}", [digits, hashed]))
+    keys = [candidate.key for candidate in propose_workflows(traffic, registry)]
+    assert keys == ["workflow:string_utils>hash_tool", "workflow:datetime>string_utils>hash_tool"]
+
+
+def test_a_recorded_value_that_reads_as_a_reference_is_not_proposed(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    traffic = []
+    for date in DATES[:3]:
+        served = recorder.date_chain(date)
+        moved, digits, _ = served.calls
+        hashed = recorder.call(
+            "hash_tool", {"operation": "sha256", "text": digits.result["result"]}
+        )
+        trick = recorder.call(
+            "string_utils",
+            {
+                "operation": "replace",
+                "text": hashed.result["result"],
+                "old": "{$s1.date}",
+                "new": "x",
+            },
+        )
+        traffic.append(
+            Served(served.trace_id, served.request, served.at, (moved, digits, hashed, trick))
+        )
+    keys = [candidate.key for candidate in propose_workflows(traffic, registry)]
+    assert "workflow:datetime>string_utils>hash_tool>string_utils" not in keys
+    assert keys == ["workflow:datetime>string_utils>hash_tool"]
+
+
+def test_a_big_dense_trace_is_read_within_its_bounds(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    """Every call feeding every later one: the chains read stay within the caps."""
+    calls = tuple(
+        Call("string_utils", "llm", True,
+             {"operation": "join", "items": [f"value-{i}" for i in range(n)]},
+             {"operation": "join", "result": f"value-{n}"}, START)
+        for n in range(300)
+    )  # fmt: skip
+    found = chains._chains_of(Served("0" * 32, "big", START, calls))
+    assert set(found) == {("string_utils",) * length for length in range(2, chains.MAX_LENGTH + 1)}
+
+
+def test_long_tool_names_make_bounded_names_and_keys() -> None:
+    tools = tuple(f"mcp.server_{n}/{'x' * 80}" for n in range(5))
+    name, key = chains.workflow_name(tools), chains.proposal_key(tools)
+    assert len(name) <= 100 and len(key) <= 300
+    assert name != chains.workflow_name(tools[::-1])
+    assert key.startswith("workflow:mcp.server_0/")
+    assert "/" not in name
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
