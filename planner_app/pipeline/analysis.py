@@ -44,7 +44,7 @@ def _whole_numbers(text: str, start: int, end: int) -> str:
     return text[start:end]
 
 
-def _singulars(word: str) -> tuple[str, ...]:
+def singulars(word: str) -> tuple[str, ...]:
     """Return what a plural word could be the plural of: sums -> sum, boxes -> box."""
     if word.endswith("es") and len(word) > 3:
         return (word[:-1], word[:-2])
@@ -104,7 +104,7 @@ class SemanticAnalyzer:
         found: dict[int, list[str]] = {}  # position in ordered_rules -> what matched
         for word in _WORD.findall(text):
             lowered = word.lower()
-            for key in dict.fromkeys((lowered, *_singulars(lowered))):
+            for key in dict.fromkeys((lowered, *singulars(lowered))):
                 for position in ruleset.word_index.get(key, ()):
                     found.setdefault(position, []).append(word)
         for keyword, positions in _unclaimed_substrings(text, ruleset):

@@ -21,8 +21,12 @@ and 100 µs (p95) on one core; a 2,000-character request at worst a few millisec
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from planner_app.pipeline.analysis import singulars
 from planner_app.pipeline.extractors.calculator_arguments import extract_calculation
 from planner_app.pipeline.extractors.datetime_arguments import extract_datetime
 from planner_app.pipeline.extractors.demo_add_arguments import extract_two_integer_sum
@@ -34,6 +38,7 @@ from planner_app.pipeline.extractors.string_arguments import extract_string
 from planner_app.pipeline.extractors.web_search_arguments import extract_web_search
 
 MAX_REQUEST_LENGTH = 2_000
+_LATIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _'-]*$")
 
 
 def extract_arguments(tool: str, request: str) -> Extraction:
@@ -67,3 +72,62 @@ EXTRACTORS: dict[str, Callable[[str], Extraction]] = {
     DEMO_ADD_TOOL: extract_two_integer_sum,
     DEMO_SHA256_TOOL: extract_sha256_text,
 }
+
+
+@dataclass(frozen=True)
+class RuleWord:
+    """A word a rule matched in the request, and the other keywords of that rule."""
+
+    found: str  # as the request says it: "Tally", "累计"
+    rule: str
+    keywords: tuple[str, ...]
+
+
+def _replaced(request: str, found: str, keyword: str) -> str:
+    """Return the request with the word `found` replaced by `keyword` where it stands."""
+    if _LATIN.match(found):
+        return re.sub(rf"(?<![A-Za-z0-9]){re.escape(found)}(?![A-Za-z0-9])", keyword, request)
+    return request.replace(found, keyword)
+
+
+def extract_with_rule_words(tool: str, request: str, words: Sequence[RuleWord]) -> Extraction:
+    """Return the arguments of `tool`, reading a rule's word as the rule's other keywords.
+
+    An operator may give a rule a word the tool's extractor does not know ("tally" for
+    Summation): the word means what the rule means. So where the request as it stands
+    gives no arguments, a matched word the extractor does not see (the request reads the
+    same without it) is tried as each other keyword of its rule ("tally 3 and 4" as "sum
+    3 and 4", "total 3 and 4", ...). The keywords vote: the arguments most readings give
+    are used if no other arguments get as many votes (a rule of several operations, such
+    as md5 and sha1, gives no answer), and the reason says which reading it was.
+    """
+    extraction = extract_arguments(tool, request)
+    if not extraction.needs_llm:
+        return extraction
+    for word in words:
+        if extract_arguments(tool, _replaced(request, word.found, " ")) != extraction:
+            continue  # the extractor reads this word already: it means what it says there
+        reading = _voted_reading(tool, request, word)
+        if reading is not None:
+            return reading
+    return extraction
+
+
+def _voted_reading(tool: str, request: str, word: RuleWord) -> Extraction | None:
+    """Return what most of the rule's other keywords read in the word's place, if one wins."""
+    same = {word.found.lower(), *singulars(word.found.lower())}
+    votes: dict[str, list[tuple[str, Extraction]]] = {}
+    for keyword in word.keywords:
+        if keyword.strip().lower() in same:
+            continue
+        reworded = _replaced(request, word.found, keyword.strip())
+        reading = extract_arguments(tool, reworded) if reworded != request else None
+        if reading is not None and not reading.needs_llm:
+            key = json.dumps(reading.arguments, sort_keys=True, ensure_ascii=False)
+            votes.setdefault(key, []).append((keyword.strip(), reading))
+    ranked = sorted(votes.values(), key=len, reverse=True)
+    if not ranked or (len(ranked) > 1 and len(ranked[1]) == len(ranked[0])):
+        return None
+    keyword, reading = ranked[0][0]
+    why = f"read {word.found!r} as {keyword!r} (rule {word.rule}); {reading.reason}"
+    return Extraction(reading.arguments, why, needs_llm=False)

@@ -13,8 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner_app.pipeline.analysis import Intent, SemanticAnalyzer
-from planner_app.pipeline.extraction import extract_arguments
+from planner_app.pipeline.analysis import Intent, SemanticAnalyzer, singulars
+from planner_app.pipeline.extraction import RuleWord, extract_arguments, extract_with_rule_words
 from planner_app.pipeline.planning import CapabilityPlanner
 from planner_app.pipeline.resolution import DISABLED, NOT_ALLOWED, ToolResolver
 from planner_app.pipeline.ruleset import RuleSet
@@ -96,6 +96,24 @@ def _none_allowed(
     )
 
 
+def _rule_words(intent: Intent, ruleset: RuleSet, capability: str) -> tuple[RuleWord, ...]:
+    """Return the keywords that rules giving `capability` matched, each with its rule's keywords.
+
+    What a rule's pattern matched ("17%") is left out: it is not a word to read as another.
+    """
+    rules = {rule.name: rule for rule in ruleset.ordered_rules}
+    words = []
+    for match in intent.matches:
+        rule = rules.get(match.rule)
+        if rule is None or capability not in match.capabilities:
+            continue
+        keywords = {keyword.strip().lower() for keyword in rule.keywords}
+        for found in match.matched:
+            if keywords & {found.lower(), *singulars(found.lower())}:
+                words.append(RuleWord(found, rule.name, rule.keywords))
+    return tuple(words)
+
+
 def no_evidence(tool: str, window: int) -> None:
     """An evidence source that knows nothing: every tool gets the defaults."""
     return None
@@ -157,7 +175,8 @@ class Planner:
                 explanation["rejected"].append({"capability": capability, "why": why})
                 continue
             step_id = f"step_{len(plan.steps) + 1}"
-            step = self._step(step_id, capability, scores, request, registry, explanation)
+            words = _rule_words(intent, ruleset, capability)
+            step = self._step(step_id, capability, scores, request, registry, explanation, words)
             if step is None:
                 continue
             same = _same_call(step, plan.steps)
@@ -244,10 +263,11 @@ class Planner:
         request: str,
         registry: ToolRegistry,
         explanation: dict[str, Any],
+        words: tuple[RuleWord, ...] = (),
     ) -> PlanStep | None:
         """Return a step with the best-scoring tool whose arguments can be read from the request."""
         for position, score in enumerate(scores):
-            extraction = extract_arguments(score.tool, request)
+            extraction = extract_with_rule_words(score.tool, request, words)
             why = extraction.reason
             if not extraction.needs_llm:
                 try:

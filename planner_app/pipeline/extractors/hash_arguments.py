@@ -76,6 +76,11 @@ _HASH_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 
+# "base64 this for me": the text is somewhere else (a file, an earlier message), not here.
+_REFERENT = ignoring_case(
+    r"^(?:this|that|it|these|those|them|这个|那个|它)(?:\s+(?:for\s+me|please|now))?[.!?]?$"
+)
+
 
 def extract_hash(request: str) -> Extraction:
     """Return hash_tool's operation and text."""
@@ -93,6 +98,8 @@ def extract_hash(request: str) -> Extraction:
     if found is None or not found[0]:
         return needs_llm(f"{operations[0]} named but no text to apply it to")
     text, how = found
+    if how != "quoted text" and _REFERENT.match(text):
+        return needs_llm(f"{operations[0]} named, but {text!r} points to text the request lacks")
     return found_arguments(
         {"operation": operations[0], "text": text}, f"{operations[0]} of the {how}"
     )
