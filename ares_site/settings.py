@@ -177,6 +177,10 @@ ARES_PERIODIC_JOBS: dict[str, tuple[str, float]] = {
         "traces_app.tasks.purge_past_retention_task",
         env_float("ARES_PURGE_EVERY_S", 24 * 60 * 60.0, minimum=0.5),
     ),
+    "refresh-proposals": (
+        "planner_app.tasks.refresh_proposals_task",
+        env_float("ARES_PROPOSALS_EVERY_S", 600.0, minimum=0.5),
+    ),
 }
 # The beat asks twice a period (at least once a minute), and the job's lease decides: a
 # period starts on a multiple of its length, so restarts and several beats change nothing.
@@ -216,6 +220,10 @@ ARES_TOOL_BACKOFF_S = float(env_int("ARES_TOOL_BACKOFF_MS", 1000, minimum=0)) / 
 # and at least this often otherwise (other machines).
 ARES_PLANNER_RELOAD_CHECK_S = float(env_int("ARES_PLANNER_RELOAD_CHECK_MS", 5000, minimum=0)) / 1000
 ARES_PLANNER_EVIDENCE_TTL_S = float(env_int("ARES_PLANNER_EVIDENCE_TTL_MS", 5000, minimum=0)) / 1000
+# Proposals (planner_app/proposals): the newest recorded requests they read, at most, and
+# how far back.
+ARES_PROPOSALS_TRAFFIC = env_int("ARES_PROPOSALS_TRAFFIC", 5000, minimum=1)
+ARES_PROPOSALS_WINDOW_DAYS = env_int("ARES_PROPOSALS_WINDOW_DAYS", 30, minimum=1)
 
 # Built-in tools. http_request refuses loopback, private and link-local addresses except
 # these host names and networks (CIDR); web_search needs a SearXNG instance.

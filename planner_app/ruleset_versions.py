@@ -16,7 +16,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC
 from typing import Any
@@ -284,6 +284,37 @@ def rollback(number: int, user: Any = None, seen: int | None = None) -> models.R
         finally:
             _pending.suppressed = False
         return record_version(f"rolled back to v{number}", user)
+
+
+def apply_change(
+    change: Callable[[dict[str, Any]], dict[str, Any]],
+    note: str,
+    user: Any = None,
+    seen: int | None = None,
+) -> models.RuleSetVersion:
+    """Make the rows what `change` makes of the current snapshot, and record that as a version.
+
+    The snapshot is taken under the lock, so the change applies to the rules as they are
+    and nothing can come between; the rows are restored the way a rollback restores them
+    (in place, keeping ids), so the version rolls back like any edit. With `seen` (the
+    version the operator's page showed), RulesChanged if a newer one exists; an exception
+    from `change` leaves everything as it was.
+    """
+    with editing(user):
+        newest = models.RuleSetVersion.objects.order_by("-number").first()
+        if seen is not None and newest is not None and newest.number != seen:
+            raise RulesChanged(
+                f"The rules changed since you opened this page: now v{newest.number} by "
+                f"{_who(newest)} at {_when(newest)} ({newest.change}). Nothing was changed; "
+                "reload the page to see the change against the rules as they are."
+            )
+        target = change(take_snapshot())
+        _pending.suppressed = True  # the change is one version, not one per row
+        try:
+            restore_rows(target)
+        finally:
+            _pending.suppressed = False
+        return record_version(note, user)
 
 
 # What a snapshot row's fields are on its model (a mapping's capability is by name).

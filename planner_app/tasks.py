@@ -12,7 +12,14 @@ from celery import shared_task
 from django.db import transaction
 
 from planner_app.models import Workflow, WorkflowRun
+from planner_app.proposals.store import refresh_proposals
 from planner_app.workflows.workflow_runs import execute_run
+
+
+@shared_task
+def refresh_proposals_task() -> str:
+    """Mine the recorded traffic for proposals again (the periodic job refresh-proposals)."""
+    return str(refresh_proposals())
 
 
 @shared_task

@@ -1,0 +1,386 @@
+"""The stored proposals: refreshed from recorded traffic, applied as a rule-set version, dismissed.
+
+`refresh_proposals` mines the recorded traffic (rules.py, mappings.py, chains.py),
+backtests each candidate and keeps it as a Proposal row named by its key. Every write
+here (a refresh's upserts, an apply, a dismiss) runs under one lock, taken before the
+rules' lock, so two refreshes, or a refresh and an apply, or two appliers, queue
+instead of crossing: the second applier finds the proposal decided and is told by whom.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from planner_app.models import Proposal, Workflow
+from planner_app.proposals.candidates import EVIDENCE_SHOWN, Backtester, Candidate, summary
+from planner_app.proposals.changes import ChangeError, apply_ops, describe
+from planner_app.proposals.traffic import Served, recorded_traffic
+from planner_app.ruleset_versions import (
+    RulesChanged,
+    apply_change,
+    current_ruleset,
+    latest_number,
+    take_snapshot,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AlreadyDecided", "ChangeError", "ProposalError", "RefreshReport", "RulesChanged",
+    "WorkflowInvalid", "apply_proposal", "dismiss_proposal", "refresh_proposals",
+]  # fmt: skip
+
+# pg_advisory_xact_lock's key for "the proposals are being written" ('PROP').
+PROPOSALS_LOCK_KEY = 0x50524F50
+REFRESH_ATTEMPTS = 2  # mine again once when the rules changed while mining
+
+
+class ProposalError(Exception):
+    """A proposal that can't be applied or dismissed as asked (the message says why)."""
+
+
+class AlreadyDecided(ProposalError):
+    """The proposal was applied or dismissed already (by someone else, at once, say)."""
+
+
+class WorkflowInvalid(ProposalError):
+    """A workflow proposal whose definition does not pass validation against the registry."""
+
+
+@dataclass
+class RefreshReport:
+    """What one refresh read and wrote."""
+
+    traffic: int = 0
+    ruleset_version: int = 0
+    proposed: int = 0
+    created: int = 0
+    updated: int = 0
+    reopened: int = 0
+    deleted: int = 0
+    skipped: list[str] = field(default_factory=list)  # miners not there (yet)
+
+    def __str__(self) -> str:
+        text = (
+            f"{self.proposed} proposed from {self.traffic} recorded requests at "
+            f"v{self.ruleset_version}: {self.created} new, {self.updated} updated, "
+            f"{self.reopened} reopened, {self.deleted} gone"
+        )
+        return text + (f"; skipped {', '.join(self.skipped)}" if self.skipped else "")
+
+
+# Refreshing ------------------------------------------------------------------------------
+
+
+def refresh_proposals(limit: int | None = None) -> RefreshReport:
+    """Mine the recorded traffic for proposals, backtest them, and store them by key.
+
+    A dismissed proposal comes back only when its evidence grew past what it had when
+    dismissed; an applied one stays applied unless its change is no longer in the rules
+    (rolled back, say) and the traffic proposes it again; an open one the traffic no
+    longer proposes is deleted.
+    """
+    since = timezone.now() - timedelta(days=settings.ARES_PROPOSALS_WINDOW_DAYS)
+    traffic = recorded_traffic(limit or settings.ARES_PROPOSALS_TRAFFIC, since)
+    for _ in range(REFRESH_ATTEMPTS):
+        report = RefreshReport(traffic=len(traffic))
+        candidates, kinds = _mine(traffic, report)
+        if latest_number() == report.ruleset_version:
+            break  # else the backtests are of rules that changed meanwhile: mine again
+    with transaction.atomic():
+        lock_proposals()
+        _store(candidates, kinds, report)
+    logger.info("refreshed proposals: %s", report)
+    return report
+
+
+def _mine(traffic: list[Served], report: RefreshReport) -> tuple[list[Candidate], set[str]]:
+    """Return every miner's candidates, backtested, and the kinds of the miners that ran."""
+    from planner_app.services import recent_evidence
+    from tools_app.site_engine import get_engine
+
+    ruleset = current_ruleset()
+    snapshot = _snapshot_of(ruleset.version)
+    registry = get_engine().registry
+    report.ruleset_version = ruleset.version
+    requests = [served.request for served in traffic]
+    backtester = Backtester(requests, ruleset, snapshot, registry, recent_evidence)
+    candidates: list[Candidate] = []
+    kinds: set[str] = set()
+    for kind, mine in _miners(report).items():
+        found = mine(traffic, backtester, ruleset, registry)
+        kinds.add(kind)
+        for candidate in found:
+            if candidate.ops and not candidate.backtest:
+                candidate.backtest = summary(backtester.run(candidate.ops))
+            candidates.append(candidate)
+    report.proposed = len(candidates)
+    return candidates, kinds
+
+
+def _snapshot_of(number: int) -> dict[str, Any]:
+    from planner_app.models import RuleSetVersion
+
+    return RuleSetVersion.objects.get(number=number).snapshot
+
+
+Miner = Callable[..., list[Candidate]]
+
+
+def _miners(report: RefreshReport) -> dict[str, Miner]:
+    """Return the miners by the kind of proposal each makes (one not written yet is skipped)."""
+    miners: dict[str, Miner] = {}
+    try:
+        from planner_app.proposals.rules import propose_rules
+
+        miners[Proposal.Kind.RULE] = lambda traffic, backtester, ruleset, registry: propose_rules(
+            traffic, backtester, ruleset
+        )
+    except ImportError:
+        logger.warning("rule proposals skipped: planner_app.proposals.rules is not there yet")
+        report.skipped.append("rules")
+    from planner_app.proposals.mappings import propose_mappings
+
+    miners[Proposal.Kind.MAPPING] = propose_mappings
+    try:
+        from planner_app.proposals.chains import propose_workflows
+
+        miners[Proposal.Kind.WORKFLOW] = lambda traffic, backtester, ruleset, registry: (
+            propose_workflows(traffic, registry)
+        )
+    except ImportError:
+        logger.warning("workflow proposals skipped: planner_app.proposals.chains is not there yet")
+        report.skipped.append("workflows")
+    return miners
+
+
+def lock_proposals() -> None:
+    """Hold the proposals' lock until the current transaction ends (like lock_rules).
+
+    SQLite's IMMEDIATE transactions hold the database's write lock from BEGIN already;
+    the no-op write takes it for a connection opened otherwise.
+    """
+    connection = transaction.get_connection()
+    if not connection.in_atomic_block:
+        raise RuntimeError("lock_proposals() needs a transaction: call it inside atomic()")
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PROPOSALS_LOCK_KEY])
+        else:
+            table = Proposal._meta.db_table
+            cursor.execute(f"UPDATE {table} SET id = id WHERE 0 = 1")  # noqa: S608
+
+
+def _store(candidates: list[Candidate], kinds: set[str], report: RefreshReport) -> None:
+    """Upsert the candidates by key; delete the open proposals no longer made (under the lock)."""
+    rules = take_snapshot()  # the rules as they are now, read under the lock
+    wanted = {c.key: c for c in candidates if not _in_rules(c, rules)}
+    stored = Proposal.objects.filter(Q(key__in=list(wanted)) | Q(status=Proposal.Status.OPEN))
+    existing = {proposal.key: proposal for proposal in stored}
+    for key, candidate in wanted.items():
+        proposal = existing.get(key)
+        if proposal is None:
+            Proposal.objects.create(**_fields(candidate, report.ruleset_version))
+            report.created += 1
+        elif proposal.status == Proposal.Status.OPEN:
+            _update(proposal, candidate, report.ruleset_version)
+            report.updated += 1
+        elif _comes_back(proposal, candidate):
+            _reopen(proposal)
+            _update(proposal, candidate, report.ruleset_version)
+            report.reopened += 1
+    gone = [
+        p.pk for p in existing.values()
+        if p.status == Proposal.Status.OPEN and p.key not in wanted and p.kind in kinds
+    ]  # fmt: skip
+    report.deleted = Proposal.objects.filter(pk__in=gone).delete()[0]
+
+
+def _in_rules(candidate: Candidate, rules: dict[str, Any]) -> bool:
+    """Return whether the rules hold the change already (or it no longer fits them)."""
+    if not candidate.ops:
+        return False
+    try:
+        return apply_ops(rules, candidate.ops) == rules
+    except ChangeError:
+        return True  # mapped already, say: nothing to propose against these rules
+
+
+def _comes_back(proposal: Proposal, candidate: Candidate) -> bool:
+    """Return whether a decided proposal reopens now that the traffic proposes it again."""
+    if proposal.status == Proposal.Status.DISMISSED:
+        return len(candidate.evidence) > (proposal.dismissed_evidence or 0)
+    if proposal.kind == Proposal.Kind.WORKFLOW:
+        return proposal.workflow_id is None  # the saved workflow was deleted since
+    return True  # applied, yet proposed again: rolled back or undone since (see _in_rules)
+
+
+def _reopen(proposal: Proposal) -> None:
+    proposal.status = Proposal.Status.OPEN
+    proposal.applied_version = proposal.dismissed_evidence = None
+    proposal.decided_by, proposal.decided_at = None, None
+
+
+def _fields(candidate: Candidate, version: int) -> dict[str, Any]:
+    """Return a Proposal's fields for a candidate."""
+    return {
+        "kind": candidate.kind,
+        "key": candidate.key[:300],
+        "title": candidate.title[:300],
+        "target": candidate.target[:200],
+        "why": candidate.why,
+        "ops": candidate.ops,
+        "workflow_definition": candidate.workflow,
+        "evidence": [_evidence_entry(served) for served in candidate.evidence[:EVIDENCE_SHOWN]],
+        "evidence_count": len(candidate.evidence),
+        "backtest": candidate.backtest,
+        "ruleset_version": version,
+    }
+
+
+def _update(proposal: Proposal, candidate: Candidate, version: int) -> None:
+    for name, value in _fields(candidate, version).items():
+        setattr(proposal, name, value)
+    proposal.updated_at = timezone.now()
+    proposal.save()
+
+
+def _evidence_entry(served: Served) -> dict[str, Any]:
+    """Return a request behind a proposal as the JSON Proposal.evidence keeps."""
+    call = served.served_by()
+    return {
+        "trace_id": served.trace_id,
+        "request": served.request,
+        "at": served.at.isoformat(),
+        "tools": list(served.tools),
+        "served_by": call.tool if call else "",
+        "chosen_by": call.chosen_by if call else "",
+    }
+
+
+# Deciding --------------------------------------------------------------------------------
+
+
+def apply_proposal(pk: int, user: Any = None, seen_version: int | None = None) -> Proposal:
+    """Apply an open proposal: one new rule-set version for a change, a Workflow row for a workflow.
+
+    Raises Proposal.DoesNotExist, AlreadyDecided (applied or dismissed, by whom),
+    RulesChanged (the rules moved past `seen_version`, the version the operator's page
+    showed), ChangeError (the change no longer fits the rules) or WorkflowInvalid;
+    each leaves everything as it was.
+    """
+    with transaction.atomic():
+        lock_proposals()
+        proposal = Proposal.objects.select_for_update().get(pk=pk)
+        _check_open(proposal)
+        if proposal.kind == Proposal.Kind.WORKFLOW:
+            proposal.workflow = _save_workflow(proposal)
+        else:
+            note = f"proposal #{proposal.pk}: {'; '.join(describe(op) for op in proposal.ops)}"
+            version = apply_change(_changed_by(proposal.ops), note, user, seen_version)
+            proposal.applied_version = version.number
+        _decide(proposal, Proposal.Status.APPLIED, user)
+    return proposal
+
+
+def dismiss_proposal(pk: int, user: Any = None) -> Proposal:
+    """Dismiss an open proposal: it stays away until its evidence grows past today's.
+
+    Raises Proposal.DoesNotExist or AlreadyDecided.
+    """
+    with transaction.atomic():
+        lock_proposals()
+        proposal = Proposal.objects.select_for_update().get(pk=pk)
+        _check_open(proposal)
+        proposal.dismissed_evidence = proposal.evidence_count
+        _decide(proposal, Proposal.Status.DISMISSED, user)
+    return proposal
+
+
+def _check_open(proposal: Proposal) -> None:
+    """Raise AlreadyDecided, naming who decided and when, unless the proposal is open."""
+    if proposal.status == Proposal.Status.OPEN:
+        return
+    who = (
+        proposal.decided_by.get_username() if proposal.decided_by else "someone without an account"
+    )
+    when = proposal.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if proposal.decided_at else ""
+    what = {
+        Proposal.Status.APPLIED: "applied",
+        Proposal.Status.DISMISSED: "dismissed",
+    }.get(proposal.status, proposal.status)
+    result = f" as rule-set version v{proposal.applied_version}" if proposal.applied_version else ""
+    if proposal.workflow_id:
+        result = f" as workflow {proposal.workflow.name!r}"
+    raise AlreadyDecided(
+        f"Proposal #{proposal.pk} was already {what} by {who}{f' at {when}' if when else ''}"
+        f"{result}. Nothing was done."
+    )
+
+
+def _decide(proposal: Proposal, status: str, user: Any) -> None:
+    proposal.status = status
+    proposal.decided_by = user if getattr(user, "pk", None) else None
+    proposal.decided_at = proposal.updated_at = timezone.now()
+    proposal.save()
+
+
+def _changed_by(ops: list[dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Return the change as a function of the rules (ChangeError if it does nothing to them)."""
+
+    def change(rules: dict[str, Any]) -> dict[str, Any]:
+        changed = apply_ops(rules, ops)
+        if changed == rules:
+            raise ChangeError("the rules hold this change already (made by hand since?)")
+        return changed
+
+    return change
+
+
+def _save_workflow(proposal: Proposal) -> Workflow:
+    """Save a workflow proposal's definition as a Workflow row, under a free name."""
+    definition = proposal.workflow_definition
+    if not isinstance(definition, dict):
+        raise WorkflowInvalid(f"proposal #{proposal.pk} has no workflow definition to save")
+    workflow = Workflow(
+        name=_free_name(proposal.target or f"proposal-{proposal.pk}"),
+        description=f"From proposal #{proposal.pk}: {proposal.title}"[:1000],
+        definition=definition,
+    )
+    try:
+        workflow.full_clean()
+    except ValidationError as exc:
+        problems = "; ".join(_messages(exc))
+        raise WorkflowInvalid(f"the proposed workflow does not validate: {problems}") from None
+    workflow.save()
+    return workflow
+
+
+def _free_name(name: str) -> str:
+    """Return `name`, or `name-2`, `name-3`... if a workflow has it already."""
+    name = name[:90]
+    taken = set(Workflow.objects.filter(name__startswith=name).values_list("name", flat=True))
+    number = 1
+    candidate = name
+    while candidate in taken:
+        number += 1
+        candidate = f"{name}-{number}"
+    return candidate
+
+
+def _messages(error: ValidationError) -> Iterable[str]:
+    if hasattr(error, "message_dict"):
+        for name, messages in error.message_dict.items():
+            yield from (f"{name}: {message}" for message in messages)
+    else:
+        yield from error.messages
