@@ -392,3 +392,144 @@ def test_long_tool_names_make_bounded_names_and_keys() -> None:
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# The site: spans recorded by the engine and the ingest API, read back, saved and run --------
+
+
+def record_date_chain(date: str, agent: str = "code-agent") -> str:
+    """Make the date chain's three calls through the site's engine, as an LLM agent would."""
+    from tools_app.engine import CallContext
+    from tools_app.site_engine import get_engine
+
+    engine = get_engine()
+    context = CallContext(agent=agent, chosen_by="llm", request_text=f"the code for {date} + 5")
+    moved = engine.execute(
+        ToolCall("datetime", {"operation": "add", "datetime": date, "days": 5}, "c1"), context
+    )
+    engine.execute(ToolCall("calculator", {"expression": "2 ** 16"}, "noise"), context)
+    digits = engine.execute(
+        ToolCall("string_utils", {"operation": "replace", "text": moved.data["date"],
+                                  "old": "-", "new": ""}, "c2"), context,
+    )  # fmt: skip
+    engine.execute(
+        ToolCall("hash_tool", {"operation": "sha256", "text": digits.data["result"]}, "c3"), context
+    )
+    return context.trace_id
+
+
+def saved_run(candidate: Any) -> Any:
+    """Save the proposal's workflow as apply_proposal does, run it here, and return the run."""
+    from planner_app.models import Workflow
+    from planner_app.tasks import start_run
+
+    workflow = Workflow(name=candidate.target, description=candidate.title,
+                        definition=candidate.workflow)  # fmt: skip
+    workflow.full_clean()
+    workflow.save()
+    return start_run(workflow, background=False)
+
+
+def run_arguments(run: Any) -> list[tuple[str, dict[str, Any], Any]]:
+    """Return the tool, arguments and result of each span the run recorded, in order."""
+    from traces_app.models import Invocation
+
+    spans = Invocation.objects.filter(trace_id=run.trace_id).order_by("started_at", "span_id")
+    return [(span.tool_name, span.arguments, span.result) for span in spans]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chain_recorded_by_the_engine_is_proposed_saved_and_run(default_rules: None) -> None:
+    from planner_app.proposals.traffic import recorded_traffic
+    from tools_app.site_engine import get_engine
+
+    for date in DATES[:3]:
+        record_date_chain(date)
+    record_date_chain("2024-02-26")  # the newest: 2024-03-02 after five days
+    candidate = only(propose_workflows(recorded_traffic(), get_engine().registry))
+    assert candidate.key == "workflow:datetime>string_utils>hash_tool"
+    assert candidate.backtest["explained"] == 4
+    run = saved_run(candidate)
+    assert run.status == "success", run.progress
+    # The same data flow: each step got the output of the one before, as the agent did.
+    [(_, moved_args, moved), (_, digits_args, digits), (_, hashed_args, hashed)] = run_arguments(
+        run
+    )
+    assert moved_args == {"operation": "add", "datetime": "2024-02-26", "days": 5}
+    assert digits_args["text"] == moved["date"] == "2024-03-02"
+    assert hashed_args["text"] == digits["result"] == "20240302"
+    assert hashed["result"] == sha256("20240302")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_proposed_workflows_own_runs_propose_nothing_more(default_rules: None) -> None:
+    from planner_app.proposals.traffic import recorded_traffic
+    from tools_app.site_engine import get_engine
+
+    for date in DATES[:3]:
+        record_date_chain(date)
+    candidate = only(propose_workflows(recorded_traffic(), get_engine().registry))
+    run = saved_run(candidate)
+    for _ in range(3):
+        run = saved_run_again(run)
+    traffic = recorded_traffic()
+    assert sum(served.request == candidate.title for served in traffic) == 4
+    # Three agent traces still make the one proposal; four workflow runs add nothing.
+    again = only(propose_workflows(traffic, get_engine().registry))
+    assert again.key == candidate.key and again.backtest["traces"] == 3
+
+
+def saved_run_again(run: Any) -> Any:
+    from planner_app.tasks import start_run
+
+    return start_run(run.workflow, background=False)
+
+
+def report_chain(api: Any, price: float, at: datetime, engine: ToolEngine) -> None:
+    """An outside agent reports its three calls (real results) through the ingest API."""
+    trace_id = hashlib.md5(str(price).encode()).hexdigest()
+    document = json.dumps({"order": {"price": price, "currency": "EUR"}})
+    steps = [("json_tools", {"operation": "query", "text": document, "pointer": "/order/price"})]
+    spans = []
+    for index in range(3):
+        tool, arguments = steps[index]
+        result = engine.execute(ToolCall(tool, arguments, f"call_{index}")).data
+        spans.append({
+            "trace_id": trace_id, "span_id": f"{index + 1:016x}", "kind": "tool",
+            "tool_name": tool, "tool_call_id": f"call_{index}", "chosen_by": "external",
+            "agent": "pricing-bot", "request_text": f"label the order at {price}",
+            "arguments": arguments, "result": result, "status": "ok",
+            "started_at": (at + timedelta(seconds=index)).isoformat(), "latency_ms": 2.5,
+        })  # fmt: skip
+        if index == 0:
+            steps.append(("calculator", {"expression": f"{json.dumps(result['value'])} * 3"}))
+        elif index == 1:
+            text = f"total:{json.dumps(result['result'])}"
+            steps.append(("hash_tool", {"operation": "md5", "text": text}))
+    response = api.post("/invocations", json={"invocations": spans})
+    assert response.status_code == 200 and response.json()["accepted"] == 3, response.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chain_reported_through_the_ingest_api_is_proposed_and_runs(
+    api: Any, engine: ToolEngine, default_rules: None
+) -> None:
+    from planner_app.proposals.traffic import recorded_traffic
+    from tools_app.site_engine import get_engine
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    for minutes, price in enumerate((12.5, 40.25, 7.75)):
+        report_chain(api, price, now - timedelta(minutes=10 - minutes), engine)
+    candidate = only(propose_workflows(recorded_traffic(), get_engine().registry))
+    assert candidate.key == "workflow:json_tools>calculator>hash_tool"
+    steps = candidate.workflow["steps"]
+    assert steps[1]["arguments"] == {"expression": "{$s1.value} * 3"}
+    assert steps[2]["arguments"] == {"operation": "md5", "text": "total:{$s2.result}"}
+    assert [item["argument"] for item in candidate.backtest["inputs"]] == ["text"]
+    run = saved_run(candidate)
+    assert run.status == "success", run.progress
+    [(_, _, found), (_, total_args, total), (_, label_args, label)] = run_arguments(run)
+    assert found["value"] == 7.75  # the newest order's document
+    assert total_args == {"expression": "7.75 * 3"} and total["result"] == 23.25
+    assert label_args["text"] == "total:23.25"
+    assert label["result"] == hashlib.md5(b"total:23.25").hexdigest()
