@@ -17,6 +17,7 @@ from ninja.responses import NinjaJSONEncoder
 
 from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
+from planner_app.proposals.proposal_api import router as proposals_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
 from traces_app.http.bodies import JsonBodyParser, read_json_body
@@ -69,6 +70,7 @@ api.add_decorator(refuse_unknown_query, mode="view")
 api.add_router("/", traces_router)
 api.add_router("/", tools_router)
 api.add_router("/", planner_router)
+api.add_router("/", proposals_router)
 api.add_router("/", scores_router)
 
 

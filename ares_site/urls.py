@@ -10,6 +10,7 @@ from ares_site import views
 from ares_site.api import api
 from planner_app import tool_pages
 from planner_app import views as planner_views
+from planner_app.proposals import proposal_views
 from traces_app import views as traces_views
 from traces_app.ingest import otlp_endpoint
 from traces_app.scores import score_views
@@ -31,6 +32,11 @@ urlpatterns = [
     path("v1/logs", otlp_endpoint.export_logs, name="otlp-logs"),
     path("planner/try", planner_views.try_planner, name="planner-try"),
     path("planner/backtest", planner_views.backtest_rules, name="planner-backtest"),
+    path("proposals/", proposal_views.proposals, name="proposals"),
+    path("proposals/refresh", proposal_views.proposals_refresh, name="proposals-refresh"),
+    path("proposals/<int:pk>/", proposal_views.proposal_detail, name="proposal-detail"),
+    path("proposals/<int:pk>/apply", proposal_views.proposal_apply, name="proposal-apply"),
+    path("proposals/<int:pk>/dismiss", proposal_views.proposal_dismiss, name="proposal-dismiss"),
     path("sandbox/", planner_views.sandbox_page, name="sandbox"),
     path("sandbox/run", planner_views.sandbox_run, name="sandbox-run"),
     path("sandbox/stop", planner_views.sandbox_stop, name="sandbox-stop"),

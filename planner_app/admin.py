@@ -530,3 +530,7 @@ class ScoreRuleAdmin(VersionedAdmin):
     list_display = ["score_name", "operator", "threshold", "weight", "enabled", "note"]
     list_editable = ["enabled"]
     list_filter = ["enabled", "score_name"]
+
+
+# Proposals (planner_app/proposals/): registered there, with their actions.
+from planner_app.proposals import proposal_admin  # noqa: E402, F401

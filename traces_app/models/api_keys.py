@@ -19,6 +19,7 @@ SCOPES = {
     "execute": "Execute tools",
     "chat": "Chat with agents",
     "score": "Send scores of calls and traces (POST /api/v1/scores)",
+    "tune": "Read the planner's proposals and apply or dismiss them (/api/v1/proposals)",
 }
 
 KEY_PREFIX = "ares_"
