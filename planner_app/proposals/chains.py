@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner_app.proposals.candidates import EVIDENCE_SHOWN, Candidate
+from planner_app.proposals.candidates import Candidate
 from planner_app.proposals.traffic import Call, Served
 from planner_app.workflows.graph import (
     ProblemKind,
@@ -539,7 +539,7 @@ def _candidate(
         title=f"New workflow {name}: {' → '.join(tools)}",
         target=name,
         why=_why(tools, len(found), flow),
-        evidence=evidence[:EVIDENCE_SHOWN],
+        evidence=evidence,  # all of it: the store keeps EVIDENCE_SHOWN and counts the rest
         workflow=definition,
         backtest=backtest,
     )

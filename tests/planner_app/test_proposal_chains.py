@@ -533,3 +533,30 @@ def test_a_chain_reported_through_the_ingest_api_is_proposed_and_runs(
     assert total_args == {"expression": "7.75 * 3"} and total["result"] == 23.25
     assert label_args["text"] == "total:23.25"
     assert label["result"] == hashlib.md5(b"total:23.25").hexdigest()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_store_keeps_a_workflow_proposal_that_applies_as_a_workflow_that_runs(
+    default_rules: None,
+) -> None:
+    from planner_app.models import Proposal
+    from planner_app.proposals.store import apply_proposal, refresh_proposals
+    from planner_app.tasks import start_run
+
+    for date in DATES[:3]:
+        record_date_chain(date)
+    refresh_proposals()
+    proposal = Proposal.objects.get(kind="workflow")
+    assert proposal.key == "workflow:datetime>string_utils>hash_tool"
+    assert proposal.evidence_count == 3
+    assert [entry["tools"] for entry in proposal.evidence] == [
+        ["datetime", "calculator", "string_utils", "hash_tool"]
+    ] * 3
+    assert proposal.backtest["explained"] == 3
+    applied = apply_proposal(proposal.pk)
+    assert applied.workflow.name == "datetime-string_utils-hash_tool"
+    assert applied.workflow.definition == proposal.workflow_definition
+    run = start_run(applied.workflow, background=False)
+    assert run.status == "success", run.progress
+    *_, (_, _, hashed) = run_arguments(run)
+    assert hashed["result"] == sha256("20230709")  # the newest: 2023-07-04 + 5 days
