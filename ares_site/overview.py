@@ -8,6 +8,7 @@ from datetime import datetime
 
 import plotly.graph_objects as go
 
+from planner_app.version_effects import marked
 from traces_app.charts import Chart, make_chart
 from traces_app.models import ChosenBy, FailureSpiral, SpiralResolution
 from traces_app.rollups.histogram import merge, percentile_from_histogram
@@ -162,7 +163,8 @@ def active_spirals(time_range: TimeRange) -> list[FailureSpiral]:
 
 
 def charts(time_range: TimeRange, summary: ActivitySummary) -> list[Chart]:
-    """Return the overview's charts: activity over time, then tool calls by chooser and place."""
+    """Return the overview's charts: activity over time (rule-set versions marked), then tool
+    calls by chooser and place."""
     buckets = [
         (start, summary.by_bucket.get(start, SpanTotals())) for start in time_range.bucket_starts()
     ]
@@ -172,8 +174,7 @@ def charts(time_range: TimeRange, summary: ActivitySummary) -> list[Chart]:
         for key, calls in summary.tool_calls_by_chosen_by.items()
     }
     return [
-        calls_chart(buckets),
-        tokens_chart(buckets),
+        *marked([calls_chart(buckets), tokens_chart(buckets)], time_range.since, time_range.until),
         share_chart("by-chooser", "Tool calls by who chose the tool", "Chosen by", by_chooser),
         share_chart(
             "by-place", "Tool calls by where they ran", "Ran on", summary.tool_calls_by_ran_on

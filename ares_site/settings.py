@@ -181,6 +181,11 @@ ARES_PERIODIC_JOBS: dict[str, tuple[str, float]] = {
         "planner_app.tasks.refresh_proposals_task",
         env_float("ARES_PROPOSALS_EVERY_S", 600.0, minimum=0.5),
     ),
+    # Does nothing while ARES_PLANNER_GUARD is off (planner_app/rules_guard.py).
+    "guard-rule-versions": (
+        "planner_app.tasks.guard_rule_versions_task",
+        env_float("ARES_PLANNER_GUARD_EVERY_S", 60.0, minimum=0.5),
+    ),
 }
 # The beat asks twice a period (at least once a minute), and the job's lease decides: a
 # period starts on a multiple of its length, so restarts and several beats change nothing.
@@ -220,6 +225,12 @@ ARES_TOOL_BACKOFF_S = float(env_int("ARES_TOOL_BACKOFF_MS", 1000, minimum=0)) / 
 # and at least this often otherwise (other machines).
 ARES_PLANNER_RELOAD_CHECK_S = float(env_int("ARES_PLANNER_RELOAD_CHECK_MS", 5000, minimum=0)) / 1000
 ARES_PLANNER_EVIDENCE_TTL_S = float(env_int("ARES_PLANNER_EVIDENCE_TTL_MS", 5000, minimum=0)) / 1000
+# The guard (planner_app/rules_guard.py), off by default: roll the newest rule-set version
+# back when the planner's success over its first N planned requests is more than MARGIN
+# (a share: 0.10 is 10 points) below its success over the N planned requests before it.
+ARES_PLANNER_GUARD = env_bool("ARES_PLANNER_GUARD", False)
+ARES_PLANNER_GUARD_REQUESTS = env_int("ARES_PLANNER_GUARD_REQUESTS", 50, minimum=10)
+ARES_PLANNER_GUARD_MARGIN = env_float("ARES_PLANNER_GUARD_MARGIN", 0.10, minimum=0.01, maximum=1.0)
 # Proposals (planner_app/proposals): the newest recorded requests they read, at most, and
 # how far back.
 ARES_PROPOSALS_TRAFFIC = env_int("ARES_PROPOSALS_TRAFFIC", 5000, minimum=1)

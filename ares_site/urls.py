@@ -8,7 +8,7 @@ from django.urls import path
 
 from ares_site import views
 from ares_site.api import api
-from planner_app import tool_pages
+from planner_app import tool_pages, version_pages
 from planner_app import views as planner_views
 from planner_app.proposals import proposal_views
 from traces_app import views as traces_views
@@ -32,6 +32,7 @@ urlpatterns = [
     path("v1/logs", otlp_endpoint.export_logs, name="otlp-logs"),
     path("planner/try", planner_views.try_planner, name="planner-try"),
     path("planner/backtest", planner_views.backtest_rules, name="planner-backtest"),
+    path("planner/versions/<int:number>/", version_pages.version_page, name="planner-version"),
     path("proposals/", proposal_views.proposals, name="proposals"),
     path("proposals/refresh", proposal_views.proposals_refresh, name="proposals-refresh"),
     path("proposals/<int:pk>/", proposal_views.proposal_detail, name="proposal-detail"),

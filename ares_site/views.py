@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from ares_site.overview import FAILING_ORDERS, active_spirals, overview_of
+from planner_app.rules_guard import guard_notice
 from traces_app.models import Trace
 from traces_app.rollups.range_totals import fresh_range_context
 
@@ -36,6 +37,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         active_spirals=active_spirals(time_range),
         recent_traces=recent.order_by("-started_at")[:RECENT_TRACES_SHOWN],
         range_note="whole UTC hours",
+        guard_notice=guard_notice(),
     )
     return render(request, "ares_site/overview.html", context)
 

@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from planner_app import ruleset_versions
+from planner_app import rules_guard, ruleset_versions
 from planner_app.models import (
     Agent,
     Capability,
@@ -378,10 +378,28 @@ class ScoringWeightsAdmin(VersionedAdmin):
 @admin.register(RuleSetVersion)
 class RuleSetVersionAdmin(admin.ModelAdmin):
     Media = PlannerAdminMedia
-    list_display = ["number", "created_at", "created_by", "change"]
-    readonly_fields = ["number", "created_at", "created_by", "change", "changes_from_previous"]
+    list_display = ["number", "created_at", "created_by", "change", "what_it_did"]
+    readonly_fields = ["number", "created_at", "created_by", "change", "what_it_did",
+                       "changes_from_previous"]  # fmt: skip
     exclude = ["snapshot"]
     actions = ["compare", "roll_back"]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        notice = rules_guard.guard_notice()
+        if notice is not None and request.method == "GET":  # where the operator looks
+            self.message_user(request, format_html(
+                "The guard rolled the planner's rules back: {}. The rules in force are v{}. "
+                '<a href="{}">What the rolled-back version did</a>.',
+                notice.text, notice.now, notice.version_url), messages.WARNING)  # fmt: skip
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="What it did")
+    def what_it_did(self, version: RuleSetVersion) -> str:
+        url = reverse("planner-version", args=[version.number])
+        return format_html('<a class="version-page" href="{}">v{} since, against before</a>',
+                           url, version.number)  # fmt: skip
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

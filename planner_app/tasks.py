@@ -13,6 +13,7 @@ from django.db import transaction
 
 from planner_app.models import Workflow, WorkflowRun
 from planner_app.proposals.store import refresh_proposals
+from planner_app.rules_guard import guard_newest_version
 from planner_app.workflows.workflow_runs import execute_run
 
 
@@ -20,6 +21,13 @@ from planner_app.workflows.workflow_runs import execute_run
 def refresh_proposals_task() -> str:
     """Mine the recorded traffic for proposals again (the periodic job refresh-proposals)."""
     return str(refresh_proposals())
+
+
+@shared_task
+def guard_rule_versions_task() -> str:
+    """Judge the newest rule-set version; roll it back if it did worse (rules_guard)."""
+    verdict = guard_newest_version()
+    return "the guard is off" if verdict is None else f"v{verdict.version}: {verdict.decision}"
 
 
 @shared_task

@@ -29,7 +29,9 @@ from planner_app.evidence import (
     tool_rows,
 )
 from planner_app.ruleset_versions import current_ruleset
+from planner_app.version_effects import marked
 from tools_app.site_engine import get_engine
+from traces_app.charts import Chart
 from traces_app.models import Invocation, ToolRollup
 from traces_app.rollups.range_totals import (
     ToolTotals,
@@ -142,6 +144,8 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
     ruleset = current_ruleset()
     totals = next(iter(tool_totals(time_range, [name])), ToolTotals(name))
     scores = own_score_series(spec, ruleset, time_range, points) if spec else []
+    over_time = [charts.success_chart(time_range, points), charts.latency_chart(time_range, points)]
+    over_time = marked(over_time, time_range.since, time_range.until)
     context.update(
         tool=name,
         spec=spec,
@@ -149,10 +153,9 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
         score=current_score(own_candidate(spec), ruleset) if spec else None,
         evidence_window=ruleset.weights.evidence_window,
         candidacies=capabilities_of(name, ruleset, registry) if spec else [],
-        score_chart=charts.score_chart(scores) if spec else None,
+        score_chart=_marked(charts.score_chart(scores), time_range) if spec else None,
         charts=[
-            charts.success_chart(time_range, points),
-            charts.latency_chart(time_range, points),
+            *over_time,
             charts.histogram_chart(totals),
             charts.error_kinds_chart(totals),
         ],
@@ -202,6 +205,11 @@ def evidence(request: HttpRequest) -> HttpResponse:
     return render(request, "planner_app/evidence.html", context)
 
 
+def _marked(chart: Chart, time_range: TimeRange) -> Chart:
+    """Return a chart over time with the range's rule-set versions marked on it."""
+    return marked([chart], time_range.since, time_range.until)[0]
+
+
 @staff_member_required
 def evidence_capability(request: HttpRequest, capability: str) -> HttpResponse:
     """Show a capability's candidates' scores per bucket, and where the leader changed."""
@@ -220,7 +228,9 @@ def evidence_capability(request: HttpRequest, capability: str) -> HttpResponse:
     context.update(
         evidence=found,
         description=info.description if info else "",
-        chart=charts.leader_chart(found, time_range) if found.candidates else None,
+        chart=_marked(charts.leader_chart(found, time_range), time_range)
+        if found.candidates
+        else None,
         ruleset_version=ruleset.version,
         evidence_window=ruleset.weights.evidence_window,
         range_note="whole UTC hours",

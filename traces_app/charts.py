@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from functools import cache
+from html import escape
 from typing import Any
 
 import plotly.graph_objects as go
@@ -43,6 +45,7 @@ class Chart:
     figure: dict[str, Any]
     columns: Sequence[str]
     rows: Sequence[Sequence[Any]] = field(default_factory=list)
+    markers: Sequence[Marker] = ()  # moments marked on the time axis (with_markers)
 
     @property
     def figure_id(self) -> str:
@@ -85,6 +88,53 @@ def make_chart(
         "layout": {"template": white_template(), **LAYOUT, **go.Layout(**layout).to_plotly_json()},
     }
     return Chart(chart_id, title, json.loads(to_json_plotly(figure)), list(columns), list(rows))
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A moment marked on a chart's time axis: a vertical line with a short label and a link."""
+
+    at: datetime
+    label: str  # "v7": short, drawn above the line
+    url: str
+    title: str = ""  # what happened then, on hover and in the chart's list of marks
+
+
+MARKER_COLOUR = "#7a5af8"
+
+
+def with_markers(chart: Chart, markers: Sequence[Marker]) -> Chart:
+    """Return the chart with each marker drawn as a dashed vertical line labelled with a link.
+
+    The label and the hover text are escaped: plotly reads annotation text as HTML.
+    """
+    if not markers:
+        return chart
+    figure = {**chart.figure, "layout": dict(chart.figure.get("layout", {}))}
+    layout = figure["layout"]
+    layout["shapes"] = [*layout.get("shapes", []), *(_line(marker) for marker in markers)]
+    layout["annotations"] = [
+        *layout.get("annotations", []),
+        *(_label(marker) for marker in markers),
+    ]
+    return replace(chart, figure=figure, markers=list(markers))
+
+
+def _line(marker: Marker) -> dict[str, Any]:
+    return {
+        "type": "line", "xref": "x", "yref": "paper", "x0": marker.at.isoformat(),
+        "x1": marker.at.isoformat(), "y0": 0, "y1": 1,
+        "line": {"color": MARKER_COLOUR, "width": 1, "dash": "dot"},
+    }  # fmt: skip
+
+
+def _label(marker: Marker) -> dict[str, Any]:
+    return {
+        "x": marker.at.isoformat(), "xref": "x", "y": 1, "yref": "paper", "yanchor": "bottom",
+        "showarrow": False, "font": {"color": MARKER_COLOUR, "size": 11},
+        "text": f'<a href="{escape(marker.url)}">{escape(marker.label)}</a>',
+        "hovertext": escape(marker.title) or escape(marker.label),
+    }  # fmt: skip
 
 
 def readable_ms(ms: float) -> str:
