@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from planner_app.backtest import Choice
 from planner_app.pipeline.ruleset import RuleSet
@@ -146,7 +147,7 @@ def _addition(
         ),
         evidence=list(record.served),
         ops=ops,
-        backtest=summary(backtester.run(ops)),
+        backtest=_backtest(ops, capability, backtester),
     )
 
 
@@ -174,7 +175,7 @@ def _demotion(
         return Candidate(
             "mapping", f"mapping:{capability}:{tool}:remove", f"Unmap {tool} from {capability}",
             capability, why + " It never worked on them.", list(record.beaten), ops,
-            backtest=summary(backtester.run(ops)),
+            backtest=_backtest(ops, capability, backtester),
         )  # fmt: skip
     current = mapped[(capability, tool)]
     for step in WEIGHT_STEPS:
@@ -185,6 +186,18 @@ def _demotion(
                 "mapping", f"mapping:{capability}:{tool}:weight",
                 f"Lower {tool}'s weight in {capability} to {current + step:g}", capability,
                 why + f" At weight {current + step:g} the planner picks another tool for them.",
-                list(record.beaten), ops, backtest=summary(backtester.run(ops)),
+                list(record.beaten), ops, backtest=_backtest(ops, capability, backtester),
             )  # fmt: skip
     return None
+
+
+def _backtest(ops: list[dict[str, Any]], capability: str, backtester: Backtester) -> dict[str, Any]:
+    """Return the backtest of a mapping change on every recorded request.
+
+    A mapping takes part only in finding the tools of its capability, so only the requests
+    whose plan needs that capability are planned again; the rest can't change.
+    """
+    needing = [r for r in backtester.requests if capability in backtester.choice(r).capabilities]
+    report = backtester.run(ops, requests=needing)
+    report.total = len(backtester.requests)
+    return summary(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -87,8 +88,8 @@ def newest_version() -> int:
 @pytest.mark.django_db
 def test_it_reads_the_newest_requests_with_their_calls_in_order() -> None:
     old = datetime.now(UTC) - timedelta(hours=2)
-    first = record("hash it", {"tool_name": "hash_tool", "status": "error",
-                               "error_kind": "tool_error"}, {"tool_name": "calculator"}, at=old)  # fmt: skip
+    failed = {"tool_name": "hash_tool", "status": "error", "error_kind": "tool_error"}
+    first = record("hash it", failed, {"tool_name": "calculator"}, at=old)
     stopped = record("stop me", {"tool_name": "calculator", "status": "stopped"})
     record_invocation(**make_span())  # a trace with no request text
     found = recorded_traffic()
@@ -151,8 +152,8 @@ def test_it_proposes_nothing_from_too_few_requests_or_failed_calls(
 @pytest.mark.django_db
 def test_it_does_not_propose_a_tool_that_only_followed_the_mapped_one(default_rules: None) -> None:
     for number in range(4):  # the calculator answered; string_utils only formatted it
-        record(f"sum {number} and 2", {"tool_name": "calculator", "chosen_by": "planner"},
-               {"tool_name": "string_utils", "arguments": {"operation": "upper", "text": "x"}})  # fmt: skip
+        upper = {"tool_name": "string_utils", "arguments": {"operation": "upper", "text": "x"}}
+        record(f"sum {number} and 2", {"tool_name": "calculator", "chosen_by": "planner"}, upper)
     refresh_proposals()
     assert not Proposal.objects.filter(kind="mapping").exists()
 
@@ -175,7 +176,7 @@ def test_it_proposes_unmapping_a_tool_that_always_fails_where_another_works(
         record(f"sha256 of {word}",
                {"tool_name": "flaky_hash", "chosen_by": "planner", "status": "error",
                 "error_kind": "tool_error"},
-               {"tool_name": "hash_tool", "arguments": {"text": word, "algorithm": "sha256"}})  # fmt: skip
+               {"tool_name": "hash_tool", "arguments": {"text": word}})  # fmt: skip
     refresh_proposals()
     proposal = the_proposal("mapping:Hashing:flaky_hash:remove")
     assert proposal.ops == [{"op": "remove_mapping", "capability": "Hashing", "tool": "flaky_hash"}]
@@ -201,7 +202,9 @@ def test_applying_makes_one_version_that_rolls_back_like_any_edit(
     version = RuleSetVersion.objects.get(number=before + 1)
     assert version.change == f"proposal #{proposal.pk}: map make_uuid to IDGeneration (weight 0)"
     assert version.created_by == alice and RuleSetVersion.objects.count() == before + 1
-    assert CapabilityMapping.objects.filter(capability__name="IDGeneration", tool="make_uuid").exists()
+    assert CapabilityMapping.objects.filter(
+        capability__name="IDGeneration", tool="make_uuid"
+    ).exists()
     assert "make_uuid" in {m.tool for m in ruleset_versions.current_ruleset().mappings}
     assert plan_request("give me a uuid").explanation["candidates"]["IDGeneration"][0]["tool"] == (
         "make_uuid"
@@ -362,13 +365,20 @@ def at_once(work: Callable[[], Any], count: int = 2) -> list[Any]:
 
 @pytest.mark.django_db(transaction=True)
 def test_two_staff_applying_at_once_make_one_version(
-    default_rules: None, uuid_tool: None, django_user_model: Any
+    default_rules: None, uuid_tool: None, django_user_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served_uuids(3)
     refresh_proposals()
     pk, before = the_proposal().pk, newest_version()
     users = iter([django_user_model.objects.create_user(n) for n in ("ann", "ben")])
     lock = threading.Lock()
+    changing = store.apply_change
+
+    def slow_change(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.5)  # the first applier holds the locks while the second asks for them
+        return changing(*args, **kwargs)
+
+    monkeypatch.setattr(store, "apply_change", slow_change)
 
     def apply() -> Proposal:
         with lock:
