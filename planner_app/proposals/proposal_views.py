@@ -134,7 +134,8 @@ def _detail(request: HttpRequest, pk: int, error: str = "", status: int = 200) -
     if proposal is None:
         message = f"There is no proposal #{pk}: a refresh removes open proposals the traffic no "
         message += "longer supports."
-        return render(request, "planner_app/proposal_missing.html", {"message": message}, 404)
+        context = {"message": message}
+        return render(request, "planner_app/proposal_missing.html", context, status=404)
     context = {
         "proposal": proposal,
         "change": decisions.described(proposal),

@@ -11,7 +11,17 @@ import pytest
 
 from planner_app import ruleset_versions
 from planner_app.models import IntentRule, Proposal, RuleSetVersion
+from planner_app.tasks import refresh_proposals_task
+from tests.planner_app.fake_llm import FakeLlm
 from tests.planner_app.proposal_rows import HOSTILE, evidence, make_proposal
+from tests.planner_app.proposals_worked import (
+    LEIJI,
+    PLANNED,
+    TALLY,
+    record_llm_traffic,
+    record_planned_traffic,
+    site_lacks_the_words,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -262,3 +272,52 @@ def test_the_schema_documents_the_endpoints_and_their_errors(tune: httpx.Client)
     assert {"200", "404", "409", "422"} <= set(apply["responses"])
     assert "seen_version" in str(apply["requestBody"])
     assert "/api/v1/proposals" in paths
+
+
+def test_the_worked_example_for_an_agent_over_the_api(
+    tune: httpx.Client,
+    live_server: Any,
+    make_key: Callable[..., str],
+    fake_llm: FakeLlm,
+    llm_settings: None,
+    default_rules: None,
+) -> None:
+    """累计 requests an LLM served are proposed, applied and planned; a rollback undoes it."""
+    site_lacks_the_words()
+    record_llm_traffic(live_server, make_key, fake_llm, {**TALLY, **LEIJI})
+    record_planned_traffic(live_server, make_key)
+    planner = httpx.Client(
+        base_url=f"{live_server.url}/api/v1", timeout=30,
+        headers={"Authorization": f"Bearer {make_key('plan', 'execute')}"},
+    )  # fmt: skip
+    assert planner.post("/plan", json={"request": "累计 3 和 4"}).json()["needs_llm"] is True
+    assert "proposed" in refresh_proposals_task()  # the periodic job's task
+
+    listed = tune.get("/proposals", params={"status": "open", "kind": "rule"}).json()["items"]
+    by_change = {item["change"]: item for item in listed}
+    assert {"add 'tally' to rule sum-en", "add '累计' to rule sum-zh"} <= set(by_change)
+    leiji = by_change["add '累计' to rule sum-zh"]
+    assert (leiji["target"], leiji["evidence_count"]) == ("Summation", len(LEIJI))
+    detail = tune.get(f"/proposals/{leiji['id']}").json()
+    assert sorted(e["request"] for e in detail["backtest"]["newly_planned"]) == sorted(LEIJI)
+    assert detail["backtest"]["newly_needs_llm_count"] == 0
+    assert {e["served_by"] for e in detail["evidence"]} == {"calculator"}
+
+    seen = leiji["ruleset_version"]
+    applied = tune.post(f"/proposals/{leiji['id']}/apply", json={"seen_version": seen}).json()
+    assert applied["applied_version"] == seen + 1
+    plan = planner.post("/plan", json={"request": "累计 3 和 4"}).json()
+    assert plan["needs_llm"] is False
+    assert [(s["tool"], s["arguments"]) for s in plan["steps"]] == [
+        ("calculator", {"expression": "sum(3,4)"})
+    ]
+    ran = planner.post("/execute", json={"request": "累计 10 和 20"}).json()
+    assert ran["path"] == "planner" and ran["results"][0]["data"]["result"] == 30
+    for request in PLANNED:  # what the rules planned before, they still plan
+        assert planner.post("/plan", json={"request": request}).json()["needs_llm"] is False
+
+    ruleset_versions.rollback(seen)
+    assert planner.post("/plan", json={"request": "累计 3 和 4"}).json()["needs_llm"] is True
+    refresh_proposals_task()
+    again = tune.get(f"/proposals/{leiji['id']}").json()
+    assert (again["status"], again["applied_version"]) == ("open", None)
