@@ -1,16 +1,22 @@
 """Mapping proposals: which tool should serve a capability, learned from who served its requests.
 
-A request's capability is what the current rules make of it (the backtester's intent),
-so these proposals cover requests the rules understand but plan with the wrong tool, or
-can't resolve to a tool at all. Two kinds:
+A request's capability is what the current rules make of it (the backtester's intent;
+the last one when there are several: what the request asks for in the end), so these
+proposals cover requests the rules understand but plan with the wrong tool, or can't
+resolve to a tool at all. Two kinds:
 
-- a registered tool that keeps serving a capability's requests successfully, called by
-  someone other than the planner (an LLM, an outside agent), but not mapped to it:
-  map it (add_mapping);
+- a registered tool mapped to no capability (an MCP tool, say) that worked, called by
+  someone other than the planner (an LLM, an outside agent), on at least MIN_SUPPORT and
+  at least MIN_SHARE of the capability's requests that no tool mapped to it answered:
+  map it (add_mapping). Agents call other tools beside the one that answers (they format,
+  look up, retry elsewhere), so one tool seen on a few of them is noise, not a mapping;
+  and a tool mapped to another capability is not proposed for a second one: a request
+  of one capability served by another's tool is, far more often, a request the rules
+  misread, which a rule change fixes;
 - a mapped tool that keeps failing on a capability's requests where another tool then
   succeeds in the same trace: a negative weight, the smallest of WEIGHT_STEPS under which
-  the backtest plans those requests with another tool, or, when it never succeeded at
-  all, unmap it (remove_mapping).
+  the backtest plans those requests with another tool, or, when it never succeeded on
+  them at all, unmap it (remove_mapping).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from tools_app.registry import ToolRegistry
 
 MIN_SUPPORT = 3  # requests behind a mapping proposal, at least
 MIN_SUCCESS = 0.8  # share of a tool's calls on the capability's requests that worked
+MIN_SHARE = 0.5  # share of the capability's unanswered requests the tool worked on
 MIN_FAILURE = 0.5  # share of a mapped tool's calls on them that failed
 WEIGHT_STEPS = (-1.0, -2.0, -5.0, -10.0, -20.0)
 
@@ -48,13 +55,16 @@ def propose_mappings(
 ) -> list[Candidate]:
     """Return the mapping proposals the traffic supports, each backtested."""
     mapped = {(m.capability, m.tool): m.weight for m in ruleset.mappings}
-    records = _records(traffic, backtester, mapped)
+    mapped_tools = {tool for _, tool in mapped}
+    records, unanswered = _records(traffic, backtester, mapped)
     candidates = []
     for (capability, tool), record in sorted(records.items()):
         if (capability, tool) in mapped:
             found = _demotion(capability, tool, record, mapped, backtester)
+        elif tool in registry and tool not in mapped_tools:
+            found = _addition(capability, tool, record, unanswered[capability], backtester)
         else:
-            found = _addition(capability, tool, record, registry, backtester)
+            found = None  # unregistered, or another capability's tool: see the module's note
         if found is not None:
             candidates.append(found)
     return candidates
@@ -62,9 +72,11 @@ def propose_mappings(
 
 def _records(
     traffic: Sequence[Served], backtester: Backtester, mapped: dict[tuple[str, str], float]
-) -> dict[tuple[str, str], _Record]:
-    """Return each (capability, tool)'s record on the requests the rules give that capability."""
+) -> tuple[dict[tuple[str, str], _Record], Counter[str]]:
+    """Return each (capability, tool)'s record on the requests the rules give that capability,
+    and per capability how many of its requests no tool mapped to it answered."""
     records: dict[tuple[str, str], _Record] = defaultdict(_Record)
+    unanswered: Counter[str] = Counter()
     for served in traffic:
         if not served.calls:
             continue
@@ -76,13 +88,15 @@ def _records(
                 record = records[(capability, call.tool)]
                 record.ok += call.ok
                 record.failed += not call.ok
-        answer = served.served_by()
         # When a mapped tool worked, it answered the request; a later call did something else.
-        answered = any(c.ok and _maps(c.tool, choice, mapped) for c in served.calls)
-        if answer is not None and not answered:
-            records[(_capability_served(choice), answer.tool)].served.append(served)
+        if not any(c.ok and _maps(c.tool, choice, mapped) for c in served.calls):
+            capability = _capability_served(choice)
+            unanswered[capability] += 1
+            helpers = {c.tool for c in served.calls if c.ok and c.chosen_by != "planner"}
+            for tool in helpers:
+                records[(capability, tool)].served.append(served)
         _note_beaten(served, choice, mapped, records)
-    return records
+    return records, unanswered
 
 
 def _capabilities_of(tool: str, choice: Choice, mapped: dict[tuple[str, str], float]) -> list[str]:
@@ -118,19 +132,16 @@ def _note_beaten(
                 record = records[(capability, call.tool)]
                 if not record.beaten or record.beaten[-1] is not served:
                     record.beaten.append(served)
-                    record.beaten_by[later[-1]] += 1
+                    record.beaten_by[later[0]] += 1
 
 
 def _addition(
-    capability: str,
-    tool: str,
-    record: _Record,
-    registry: ToolRegistry,
-    backtester: Backtester,
+    capability: str, tool: str, record: _Record, unanswered: int, backtester: Backtester
 ) -> Candidate | None:
     """Return "map `tool` to `capability`" when it keeps serving the capability's requests."""
     calls = record.ok + record.failed
-    if tool not in registry or len(record.served) < MIN_SUPPORT or not calls:
+    served = len(record.served)
+    if served < MIN_SUPPORT or not calls or served / unanswered < MIN_SHARE:
         return None
     if record.ok / calls < MIN_SUCCESS:
         return None
@@ -141,9 +152,10 @@ def _addition(
         title=f"Map {tool} to {capability}",
         target=capability,
         why=(
-            f"{tool} served {len(record.served)} requests the rules read as {capability} "
-            f"(not chosen by the planner) and worked in {record.ok} of its {calls} calls "
-            f"on them, but it is not mapped to {capability}."
+            f"{tool} worked on {served} of the {unanswered} requests the rules read as "
+            f"{capability} that no tool mapped to it answered (called by an LLM or an agent, "
+            f"not the planner), and in {record.ok} of its {calls} calls on them; it is mapped "
+            "to no capability."
         ),
         evidence=list(record.served),
         ops=ops,

@@ -470,3 +470,34 @@ def test_an_mcp_tool_serving_a_capability_unmapped_is_proposed_for_it(
         "candidates"]["DateTime"]}  # fmt: skip
     ruleset_versions.rollback(before)
     assert tool not in {m.tool for m in ruleset_versions.current_ruleset().mappings}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_proposes_a_lower_weight_for_a_tool_that_keeps_failing_where_another_works(
+    demo_server: None,
+) -> None:
+    # hash_tool works for Base64 (its record stays good) but fails on sha256 requests,
+    # where the demo MCP server's sha256 tool then works.
+    for number in range(30):
+        record(f"base64 of word{number}", {"tool_name": "hash_tool", "chosen_by": "planner"})
+    failed = {"tool_name": "hash_tool", "chosen_by": "planner", "status": "error",
+              "error_kind": "tool_error"}  # fmt: skip
+    for word in ("alpha", "beta", "gamma"):
+        record(f"sha256 of {word}", failed,
+               {"tool_name": "mcp.demo.sha256", "arguments": {"text": word}})  # fmt: skip
+    record("sha256 of delta", {"tool_name": "hash_tool", "chosen_by": "planner"})  # once it worked
+    assert [step.tool for step in plan_request("sha256 of alpha").steps] == ["hash_tool"]
+    refresh_proposals()
+    proposal = the_proposal("mapping:Hashing:hash_tool:weight")
+    [op] = proposal.ops
+    assert (op["op"], op["capability"], op["tool"]) == ("set_mapping_weight", "Hashing", "hash_tool")
+    assert op["weight"] < 0 and "mostly mcp.demo.sha256" in proposal.why
+    assert proposal.backtest["changed_count"] == 4 and proposal.backtest["total"] == 34
+    assert {c["request"] for c in proposal.backtest["changed"]} == {
+        "sha256 of alpha", "sha256 of beta", "sha256 of gamma", "sha256 of delta",
+    }  # fmt: skip
+    change = proposal.backtest["changed"][0]
+    assert "hash_tool" in change["before"] and "mcp.demo.sha256" in change["after"]
+    apply_proposal(proposal.pk)
+    assert [step.tool for step in plan_request("sha256 of alpha").steps] == ["mcp.demo.sha256"]
+    assert [step.tool for step in plan_request("base64 of word1").steps] == ["hash_tool"]
