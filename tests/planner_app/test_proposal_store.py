@@ -418,6 +418,9 @@ def test_the_periodic_job_refreshes_the_proposals(
     assert settings.ARES_PERIODIC_JOBS["refresh-proposals"] == (
         "planner_app.tasks.refresh_proposals_task", 600.0,
     )  # fmt: skip
+    beat = settings.CELERY_BEAT_SCHEDULE["refresh-proposals"]  # the default setup's beat too
+    assert (beat["task"], beat["args"]) == ("traces_app.tasks.periodic_job_task",
+                                            ["refresh-proposals"])  # fmt: skip
     served_uuids(3)
     result = periodic_job_task.apply(args=["refresh-proposals"]).get()
     assert result.startswith("1 proposed from 3 recorded requests")
@@ -490,7 +493,9 @@ def test_it_proposes_a_lower_weight_for_a_tool_that_keeps_failing_where_another_
     refresh_proposals()
     proposal = the_proposal("mapping:Hashing:hash_tool:weight")
     [op] = proposal.ops
-    assert (op["op"], op["capability"], op["tool"]) == ("set_mapping_weight", "Hashing", "hash_tool")
+    assert (op["op"], op["capability"], op["tool"]) == (
+        "set_mapping_weight", "Hashing", "hash_tool",
+    )  # fmt: skip
     assert op["weight"] < 0 and "mostly mcp.demo.sha256" in proposal.why
     assert proposal.backtest["changed_count"] == 4 and proposal.backtest["total"] == 34
     assert {c["request"] for c in proposal.backtest["changed"]} == {
