@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from planner_app.models import IntentRule, RuleSetVersion
+from planner_app.models import IntentRule, Proposal, RuleSetVersion
 from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app import conftest as planner_fixtures
+from tests.planner_app.proposal_rows import make_proposal
 from traces_app.demo_spans import demo_trace_stream
 from traces_app.ingest.recording import record_invocations
 from traces_app.models import FailureSpiral, Invocation
@@ -52,6 +53,7 @@ def pages() -> list[str]:
     spiral = FailureSpiral.objects.values_list("pk", flat=True).first()
     rule = IntentRule.objects.values_list("pk", flat=True).first()
     version = RuleSetVersion.objects.values_list("pk", flat=True).first()
+    proposal = (Proposal.objects.first() or make_proposal()).pk
     return [
         "/",
         "/traces/",
@@ -65,12 +67,15 @@ def pages() -> list[str]:
         "/planner/try",
         "/planner/try?request=what+is+2%2B3",
         "/planner/backtest",
+        "/proposals/",
+        f"/proposals/{proposal}/",
         "/sandbox/",
         "/admin/",
         "/admin/planner_app/intentrule/",
         f"/admin/planner_app/intentrule/{rule}/change/",
         "/admin/planner_app/capability/1/change/",
         f"/admin/planner_app/rulesetversion/{version}/change/",
+        "/admin/planner_app/proposal/",
         "/admin/traces_app/trace/",
         f"/admin/traces_app/trace/{trace}/change/",
         "/admin/traces_app/invocation/",
