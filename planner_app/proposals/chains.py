@@ -46,6 +46,8 @@ MAX_CHAINS_PER_TRACE = 400  # chains enumerated in one trace
 MAX_NODES = 200  # values read from one call's arguments or result
 MAX_DEPTH = 6  # levels read into a payload
 MAX_PROPOSED = 20
+MAX_EVALUATED = 200  # recurring chains whose data flow is worked out, the most frequent first
+FLOW_TRACES = 200  # a chain's newest traces its data flow is read from
 MIN_TEXT = 3  # characters of a string that may link two calls
 MIN_INTERPOLATED = 4  # characters of a string that may link from inside longer text
 IGNORED_CHOOSERS = frozenset({"planner", "workflow"})
@@ -76,7 +78,11 @@ def _normal(value: Any) -> Any:
 
 def _canon(value: Any) -> str:
     """Return a text equal for two values exactly when they are the same JSON value."""
-    return json.dumps(_normal(value), sort_keys=True, ensure_ascii=False, default=str)
+    if isinstance(value, str):  # the common cases without json.dumps, each its own prefix
+        return "s" + value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"n{float(value)!r}"
+    return "j" + json.dumps(_normal(value), sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _distinctive(value: Any) -> bool:
@@ -101,9 +107,37 @@ def _text_of(value: Any) -> str:
 
 def _occurs_in(text: str, whole: str) -> bool:
     """Return whether `text` occurs in `whole` as a token, not inside a longer word or number."""
-    before = r"(?<![A-Za-z0-9_])" if re.match(r"[A-Za-z0-9_]", text) else ""
-    after = r"(?![A-Za-z0-9_]|\.[0-9])" if re.search(r"[A-Za-z0-9_]\Z", text) else ""
-    return re.search(before + re.escape(text) + after, whole) is not None
+    return next(_token_starts(text, whole), None) is not None
+
+
+def _token_starts(text: str, whole: str) -> Iterator[int]:
+    """Yield where `text` starts in `whole` with no word character (or decimals) glued to it."""
+    start = whole.find(text)
+    while start >= 0:
+        end = start + len(text)
+        glued_before = _is_word(text[0]) and start > 0 and _is_word(whole[start - 1])
+        glued_after = (
+            _is_word(text[-1])
+            and end < len(whole)
+            and (_is_word(whole[end]) or whole[end] == "." and whole[end + 1 : end + 2].isdigit())
+        )
+        if not glued_before and not glued_after:
+            yield start
+        start = whole.find(text, start + 1)
+
+
+def _replace_tokens(whole: str, text: str, reference: str) -> str:
+    """Return `whole` with each token occurrence of `text` replaced by the reference."""
+    parts, at = [], 0
+    for start in _token_starts(text, whole):
+        if start >= at:
+            parts += [whole[at:start], reference]
+            at = start + len(text)
+    return "".join(parts) + whole[at:]
+
+
+def _is_word(character: str) -> bool:
+    return character.isalnum() or character == "_"
 
 
 def _output_nodes(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
@@ -171,11 +205,15 @@ class _CallData:
     arguments: list[tuple[ArgPath, Any]]
     sources: dict[str, str]  # canonical value -> reference path, for distinctive outputs
     texts: list[tuple[str, str]]  # (text, reference path) that may appear inside a string
+    canons: set[str]  # the canonical argument values
+    strings: list[str]  # the string argument values
+    joined: str  # the string argument values, joined by NUL: one search for a text in any
 
     @classmethod
     def of(cls, call: Call) -> _CallData:
         arguments = _bounded(_argument_nodes(call.arguments))
-        own = {_canon(value) for _, value in arguments} | {_canon(call.arguments)}
+        canons = {_canon(value) for _, value in arguments}
+        own = canons | {_canon(call.arguments)}
         sources: dict[str, str] = {}
         texts: list[tuple[str, str]] = []
         for path, value in _bounded(_output_nodes(call.result)):
@@ -187,7 +225,8 @@ class _CallData:
             if not isinstance(value, str | dict | list) or len(text) >= MIN_INTERPOLATED:
                 texts.append((text, path))
         texts.sort(key=lambda item: -len(item[0]))
-        return cls(call, arguments, sources, texts)
+        strings = [value for _, value in arguments if isinstance(value, str)]
+        return cls(call, arguments, sources, texts, canons, strings, "\0".join(strings))
 
 
 def _templates(value: Any, producers: list[tuple[str, _CallData]]) -> list[str]:
@@ -210,13 +249,15 @@ def _templates(value: Any, producers: list[tuple[str, _CallData]]) -> list[str]:
 
 def _interpolations(value: str, producers: list[tuple[str, _CallData]]) -> list[str]:
     """Return `value` with each output text found inside it replaced by its reference."""
-    found, combined = [], value
+    found, combined, placed = [], value, ""
     for step_id, data in producers:
         for text, path in data.texts:
-            if text != value and _occurs_in(text, value):
-                found.append(value.replace(text, _reference(step_id, path)))
-                if _occurs_in(text, combined):
-                    combined = combined.replace(text, _reference(step_id, path))
+            if text in value and text != value and _occurs_in(text, value):
+                reference = _reference(step_id, path)
+                found.append(_replace_tokens(value, text, reference))
+                if text not in placed:  # never replace inside a reference put in already
+                    combined = _replace_tokens(combined, text, reference)
+                    placed += reference
     if combined != value and combined not in found:
         found.append(combined)
     return found
@@ -224,14 +265,14 @@ def _interpolations(value: str, producers: list[tuple[str, _CallData]]) -> list[
 
 def _feeds(later: _CallData, earlier: _CallData) -> bool:
     """Return whether a value of the earlier call's output is in the later call's arguments."""
-    for _, value in later.arguments:
-        if _canon(value) in earlier.sources:
-            return True
-        if isinstance(value, str) and any(
-            text != value and _occurs_in(text, value) for text, _ in earlier.texts
-        ):
-            return True
-    return False
+    if not later.canons.isdisjoint(earlier.sources):
+        return True
+    return any(
+        text in value and text != value and _occurs_in(text, value)
+        for text, _ in earlier.texts
+        if text in later.joined
+        for value in later.strings
+    )
 
 
 # Chains -----------------------------------------------------------------------------------
@@ -309,6 +350,7 @@ class DataFlow:
     inputs: list[dict[str, Any]]  # arguments that varied and came from no output
     dropped: list[dict[str, Any]]  # references whose types do not fit, with the problem
     explained: int  # traces in which every link holds
+    read: int  # traces read (the newest FLOW_TRACES)
 
 
 def data_flow(
@@ -316,7 +358,8 @@ def data_flow(
 ) -> DataFlow:
     """Return the steps of a chain, each argument a reference where the traces agree on one."""
     ids = [f"s{number}" for number in range(1, len(tools) + 1)]
-    newest = max(found, key=lambda occurrence: occurrence.served.at)
+    found = sorted(found, key=lambda occurrence: occurrence.served.at, reverse=True)
+    found, newest = found[:FLOW_TRACES], found[0]
     slots, per_trace = _slots(ids, found)
     chosen = _outermost(
         {key: reference for key, slot in slots.items() if (reference := _held(slot, len(found)))}
@@ -334,7 +377,7 @@ def data_flow(
         for seen in per_trace
     )
     steps = _steps(ids, tools, newest, slots, chosen)
-    return DataFlow(steps, links, _inputs(slots, chosen), dropped, explained)
+    return DataFlow(steps, links, _inputs(slots, chosen), dropped, explained, len(found))
 
 
 def _slots(
@@ -459,7 +502,8 @@ def _inputs(
             continue
         distinct = Counter(_canon(value) for value in slot.values)
         if len(distinct) > 1:
-            examples = [json.loads(text) for text, _ in distinct.most_common(5)]
+            value_of = {_canon(value): value for value in reversed(slot.values)}
+            examples = [value_of[canon] for canon, _ in distinct.most_common(5)]
             inputs.append({"step": step_id, "argument": _path_text(path),
                            "distinct": len(distinct), "examples": examples})  # fmt: skip
     return inputs
@@ -480,7 +524,7 @@ def propose_workflows(traffic: list[Served], registry: ToolRegistry) -> list[Can
         key=lambda item: (-len(item[0]), -len(item[1]), item[0]),
     )
     proposed: dict[tuple[str, ...], Candidate] = {}
-    for tools, found in chains:
+    for tools, found in _most_frequent(chains):
         if any(
             _is_part_of(tools, other) and candidate.backtest["traces"] >= len(found)
             for other, candidate in proposed.items()
@@ -492,6 +536,14 @@ def propose_workflows(traffic: list[Served], registry: ToolRegistry) -> list[Can
                 proposed[tools] = candidate
     ranked = sorted(proposed.items(), key=lambda item: (-item[1].backtest["traces"], -len(item[0])))
     return [candidate for _, candidate in ranked][:MAX_PROPOSED]
+
+
+def _most_frequent(
+    chains: list[tuple[tuple[str, ...], list[_Occurrence]]],
+) -> list[tuple[tuple[str, ...], list[_Occurrence]]]:
+    """Return the MAX_EVALUATED most frequent chains, in the order given."""
+    kept = {id(item) for item in sorted(chains, key=lambda item: -len(item[1]))[:MAX_EVALUATED]}
+    return [item for item in chains if id(item) in kept]
 
 
 def workflow_name(tools: tuple[str, ...]) -> str:
@@ -528,6 +580,7 @@ def _candidate(
     backtest = {
         "traces": len(found),
         "explained": flow.explained,
+        "read": flow.read,
         "links": flow.links,
         "inputs": flow.inputs,
         "dropped": flow.dropped,
@@ -572,7 +625,8 @@ def _why(tools: tuple[str, ...], traces: int, flow: DataFlow) -> str:
     """Return why the workflow is proposed, in a sentence or three."""
     why = (
         f"{' → '.join(tools)} ran in this order in {traces} traces, each step taking an "
-        f"earlier one's output; the data flow below holds in {flow.explained} of them."
+        f"earlier one's output; the data flow below holds in {flow.explained} of "
+        + (f"the newest {flow.read} of them." if flow.read < traces else "them.")
     )
     if flow.inputs:
         names = ", ".join(f"{item['step']}.{item['argument']}" for item in flow.inputs)

@@ -560,3 +560,37 @@ def test_the_store_keeps_a_workflow_proposal_that_applies_as_a_workflow_that_run
     assert run.status == "success", run.progress
     *_, (_, _, hashed) = run_arguments(run)
     assert hashed["result"] == sha256("20230709")  # the newest: 2023-07-04 + 5 days
+
+
+def test_a_link_that_holds_in_most_traces_is_kept_and_counted(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    """In one of four traces the agent hashed the dashed date: that trace is not explained."""
+    traffic = []
+    for index, date in enumerate(DATES[:4]):
+        served = recorder.date_chain(date)
+        if index == 0:
+            moved, digits, _ = served.calls
+            typed = recorder.call(
+                "hash_tool", {"operation": "sha256", "text": moved.result["date"]}
+            )
+            served = Served(served.trace_id, served.request, served.at, (moved, digits, typed))
+        traffic.append(served)
+    candidate = only(propose_workflows(traffic, registry))
+    assert candidate.workflow["steps"][2]["arguments"]["text"] == "{$s2.result}"
+    links = {link["step"]: link["held"] for link in candidate.backtest["links"]}
+    assert links == {"s2": 4, "s3": 3}
+    assert (candidate.backtest["traces"], candidate.backtest["explained"]) == (4, 3)
+
+
+def test_a_chain_whose_traces_disagree_on_the_data_flow_is_not_proposed(
+    recorder: Recorder, registry: ToolRegistry
+) -> None:
+    """Each trace hashed a different output of the datetime call: no link recurs."""
+    traffic = []
+    for date, field in zip(DATES[:3], ("date", "datetime", "weekday"), strict=True):
+        moved = recorder.call("datetime", {"operation": "add", "datetime": date, "days": 5})
+        hashed = recorder.call("hash_tool", {"operation": "sha256", "text": moved.result[field]})
+        traffic.append(recorder.trace(f"hash {date}", [moved, hashed]))
+    assert list(chains.recurring_chains(traffic)) == [("datetime", "hash_tool")]
+    assert propose_workflows(traffic, registry) == []
