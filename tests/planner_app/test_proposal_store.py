@@ -506,3 +506,31 @@ def test_it_proposes_a_lower_weight_for_a_tool_that_keeps_failing_where_another_
     apply_proposal(proposal.pk)
     assert [step.tool for step in plan_request("sha256 of alpha").steps] == ["mcp.demo.sha256"]
     assert [step.tool for step in plan_request("base64 of word1").steps] == ["hash_tool"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rule_proposal_adds_words_and_a_new_rule_in_one_version_that_rolls_back(
+    default_rules: None,
+) -> None:
+    ops = [
+        {"op": "add_words", "rule": "sum-en", "keywords": ["tally"], "patterns": []},
+        {"op": "new_rule", "name": "proposed-summation", "capabilities": ["Summation"],
+         "keywords": ["累计"], "patterns": [], "language": "zh", "goal": "sum numbers"},
+    ]  # fmt: skip
+    proposal = Proposal.objects.create(kind="rule", key="rule:Summation:tally 累计", ops=ops,
+                                       title="Add words", target="Summation")  # fmt: skip
+    before = newest_version()
+    apply_proposal(proposal.pk, seen_version=before)
+    assert newest_version() == before + 1
+    rules = {rule.name: rule for rule in ruleset_versions.current_ruleset().rules}
+    assert "tally" in rules["sum-en"].keywords
+    assert (rules["proposed-summation"].capabilities, rules["proposed-summation"].keywords) == (
+        ("Summation",), ("累计",),
+    )  # fmt: skip
+    new_rule = ruleset_versions.models.IntentRule.objects.get(name="proposed-summation")
+    assert [c.name for c in new_rule.capabilities.all()] == ["Summation"]
+    matched = plan_request("累计 3 和 4").explanation["rules_matched"]
+    assert [match["rule"] for match in matched] == ["proposed-summation"]
+    ruleset_versions.rollback(before)
+    assert not ruleset_versions.models.IntentRule.objects.filter(name="proposed-summation")
+    assert "tally" not in ruleset_versions.models.IntentRule.objects.get(name="sum-en").keywords
