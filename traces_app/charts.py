@@ -124,15 +124,16 @@ def _line(marker: Marker) -> dict[str, Any]:
     return {
         "type": "line", "xref": "x", "yref": "paper", "x0": marker.at.isoformat(),
         "x1": marker.at.isoformat(), "y0": 0, "y1": 1,
-        "line": {"color": MARKER_COLOUR, "width": 1, "dash": "dot"},
+        "line": {"color": MARKER_COLOUR, "width": 2, "dash": "dash"},
     }  # fmt: skip
 
 
 def _label(marker: Marker) -> dict[str, Any]:
     return {
-        "x": marker.at.isoformat(), "xref": "x", "y": 1, "yref": "paper", "yanchor": "bottom",
-        "showarrow": False, "font": {"color": MARKER_COLOUR, "size": 11},
-        "text": f'<a href="{escape(marker.url)}">{escape(marker.label)}</a>',
+        # Inside the plot, at its top: the margin above is where the mode bar floats.
+        "x": marker.at.isoformat(), "xref": "x", "y": 1, "yref": "paper", "yanchor": "top",
+        "xanchor": "left", "showarrow": False, "font": {"color": MARKER_COLOUR, "size": 11},
+        "text": f'<a href="{escape(marker.url)}" target="_self">{escape(marker.label)}</a>',
         "hovertext": escape(marker.title) or escape(marker.label),
     }  # fmt: skip
 

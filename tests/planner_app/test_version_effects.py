@@ -230,7 +230,10 @@ def test_the_overview_marks_the_versions_of_its_range(
     for chart_id in ("calls-over-time",):  # the tokens chart is empty: no figure
         layout = _figure(html, chart_id)["layout"]
         texts = [a["text"] for a in layout["annotations"]]
-        assert f'<a href="/planner/versions/{version.number}/">v{version.number}</a>' in texts
+        assert (
+            f'<a href="/planner/versions/{version.number}/" target="_self">v{version.number}</a>'
+            in texts
+        )
         assert not any(f"v{old.number}<" in text for text in texts)  # outside the range
         hover = [a["hovertext"] for a in layout["annotations"]]
         assert "add &quot;tally&quot; &lt;b&gt;" in hover
@@ -243,7 +246,7 @@ def test_the_overview_marks_the_versions_of_its_range(
 def test_tool_and_evidence_charts_mark_the_versions(admin_client: Any, default_rules: None) -> None:
     version = make_version("v2", NOW - timedelta(hours=2))
     record_request(NOW - timedelta(hours=1), SUM[0], "planner ok")
-    marker = f'<a href="/planner/versions/{version.number}/">v{version.number}</a>'
+    marker = f'<a href="/planner/versions/{version.number}/" target="_self">v{version.number}</a>'
     tool = admin_client.get("/tools/calculator/?range=24h").content.decode()
     for chart_id in ("success-rate", "latency"):
         assert marker in [a["text"] for a in _figure(tool, chart_id)["layout"]["annotations"]]
