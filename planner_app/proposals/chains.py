@@ -137,7 +137,8 @@ def _replace_tokens(whole: str, text: str, reference: str) -> str:
 
 
 def _is_word(character: str) -> bool:
-    return character.isalnum() or character == "_"
+    # ASCII only: a number in Chinese text ("合计23.25元") stands apart as a token.
+    return character.isascii() and (character.isalnum() or character == "_")
 
 
 def _output_nodes(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
@@ -280,7 +281,7 @@ def _feeds(later: _CallData, earlier: _CallData) -> bool:
 
 @dataclass
 class _Occurrence:
-    """Where a chain of tools appears in one trace: the trace and its calls' positions."""
+    """Where a chain of tools appears in one trace: the trace and the chain's calls."""
 
     served: Served
     calls: list[_CallData]
@@ -288,13 +289,14 @@ class _Occurrence:
 
 def _chains_of(served: Served) -> dict[tuple[str, ...], _Occurrence]:
     """Return each chain in a trace (its first occurrence), keyed by its tools in order."""
-    calls = [
-        _CallData.of(call)
+    kept = [
+        call
         for call in served.calls
         if call.ok
         and call.chosen_by not in IGNORED_CHOOSERS
         and isinstance(call.arguments, dict | None)
-    ][:MAX_CALLS]
+    ]
+    calls = [_CallData.of(call) for call in kept[:MAX_CALLS]]
     feeds = {j: {i for i in range(j) if _feeds(calls[j], calls[i])} for j in range(len(calls))}
     found: dict[tuple[str, ...], _Occurrence] = {}
     stack = [[i] for i in reversed(range(len(calls))) if any(i in f for f in feeds.values())]

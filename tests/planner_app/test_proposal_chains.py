@@ -295,6 +295,8 @@ def test_a_number_links_only_as_a_whole_number_in_text(registry: ToolRegistry) -
     assert chains._chains_of(pair(37.5, "37.55 * 2")) == {}
     assert list(chains._chains_of(pair(37, "37 + 2"))) == [("calculator", "calculator")]
     assert list(chains._chains_of(pair(37, "(37) + 2."))) == [("calculator", "calculator")]
+    assert list(chains._chains_of(pair(37, "合计37元"))) == [("calculator", "calculator")]
+    assert chains._chains_of(pair(37, "x37")) == {}
 
 
 def test_an_echo_of_the_producers_own_arguments_is_no_link() -> None:
