@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import subprocess
 import sys
 import threading
 import time
@@ -34,7 +35,7 @@ from planner_app.proposals.store import (
 )
 from planner_app.proposals.traffic import recorded_traffic
 from planner_app.services import plan_request
-from tests.conftest import make_span
+from tests.conftest import ROOT, make_span, subprocess_env
 from tests.planner_app.conftest import in_site_registry
 from tests.planner_app.fake_llm import FakeLlm, call, say
 from tools_app.models import McpServer
@@ -534,3 +535,43 @@ def test_a_rule_proposal_adds_words_and_a_new_rule_in_one_version_that_rolls_bac
     ruleset_versions.rollback(before)
     assert not ruleset_versions.models.IntentRule.objects.filter(name="proposed-summation")
     assert "tally" not in ruleset_versions.models.IntentRule.objects.get(name="sum-en").keywords
+
+
+REFRESH_WHEN_TOLD = """
+import os, sys, time
+import django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ares_site.settings")
+django.setup()
+from planner_app.proposals.store import refresh_proposals
+from tools_app.site_engine import get_engine
+get_engine()  # the MCP server's tools registered, as in any process of the site
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+print("created", refresh_proposals().created, flush=True)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_refreshing_at_once_store_each_proposal_once(
+    default_rules: None, time_server: None, tmp_path: Any
+) -> None:
+    tool = "mcp.time.get_current_time"
+    for city in ("Tokyo", "Paris", "Lima"):
+        record(f"what time is it in {city}?", {"tool_name": tool, "ran_on": "mcp:time",
+                                               "arguments": {"timezone": "UTC"}})  # fmt: skip
+    go = tmp_path / "go"
+    workers = [
+        subprocess.Popen([sys.executable, "-c", REFRESH_WHEN_TOLD, str(go)], cwd=ROOT,
+                         env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    for worker in workers:
+        assert worker.stdout.readline().strip() == "ready", worker.stderr.read()
+    go.touch()
+    outputs = [worker.communicate(timeout=120) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs
+    created = sorted(int(out.split("created ")[-1]) for out, _ in outputs)
+    assert created == [0, 1]
+    assert Proposal.objects.filter(key=f"mapping:DateTime:{tool}:add").count() == 1
