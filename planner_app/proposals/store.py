@@ -43,6 +43,7 @@ __all__ = [
 # pg_advisory_xact_lock's key for "the proposals are being written" ('PROP').
 PROPOSALS_LOCK_KEY = 0x50524F50
 REFRESH_ATTEMPTS = 2  # mine again once when the rules changed while mining
+KEY_LENGTH = Proposal._meta.get_field("key").max_length
 
 
 class ProposalError(Exception):
@@ -184,7 +185,7 @@ def lock_proposals() -> None:
 def _store(candidates: list[Candidate], kinds: set[str], report: RefreshReport) -> None:
     """Upsert the candidates by key; delete the open proposals no longer made (under the lock)."""
     rules = take_snapshot()  # the rules as they are now, read under the lock
-    wanted = {c.key: c for c in candidates if not _in_rules(c, rules)}
+    wanted = {c.key[:KEY_LENGTH]: c for c in candidates if not _in_rules(c, rules)}
     stored = Proposal.objects.filter(Q(key__in=list(wanted)) | Q(status=Proposal.Status.OPEN))
     existing = {proposal.key: proposal for proposal in stored}
     for key, candidate in wanted.items():
@@ -235,7 +236,7 @@ def _fields(candidate: Candidate, version: int) -> dict[str, Any]:
     """Return a Proposal's fields for a candidate."""
     return {
         "kind": candidate.kind,
-        "key": candidate.key[:300],
+        "key": candidate.key[:KEY_LENGTH],
         "title": candidate.title[:300],
         "target": candidate.target[:200],
         "why": candidate.why,
@@ -285,6 +286,8 @@ def apply_proposal(pk: int, user: Any = None, seen_version: int | None = None) -
         _check_open(proposal)
         if proposal.kind == Proposal.Kind.WORKFLOW:
             proposal.workflow = _save_workflow(proposal)
+        elif not proposal.ops:
+            raise ChangeError(f"proposal #{proposal.pk} has no change to make")
         else:
             note = f"proposal #{proposal.pk}: {'; '.join(describe(op) for op in proposal.ops)}"
             version = apply_change(_changed_by(proposal.ops), note, user, seen_version)
