@@ -36,18 +36,34 @@ def record_llm_traffic(
     Returns the trace ids.
     """
     Agent.objects.get_or_create(name="math-tutor", defaults={"tools": ["calculator"]})
+    return [
+        record_agent_traffic(live_server, make_key, fake_llm, "math-tutor", "calculator",
+                             {"expression": expression}, [request])[0]
+        for request, expression in requests.items()
+    ]  # fmt: skip
+
+
+def record_agent_traffic(
+    live_server: Any,
+    make_key: Callable[..., str],
+    fake_llm: FakeLlm,
+    agent: str,
+    tool: str,
+    arguments: dict[str, Any],
+    requests: list[str],
+) -> list[str]:
+    """Ask `agent` each request over POST /api/v1/chat; the fake LLM has it call `tool`."""
     headers = {"Authorization": f"Bearer {make_key('chat')}"}
     traces = []
     with httpx.Client(base_url=f"{live_server.url}/api/v1", headers=headers, timeout=60) as api:
-        for request, expression in requests.items():
-            fake_llm.script(call("calculator", {"expression": expression}), say("done"))
+        for request in requests:
+            fake_llm.script(call(tool, arguments), say("done"))
             message = {"role": "user", "content": request}
-            answer = api.post("/chat", json={"agent": "math-tutor", "messages": [message]})
+            answer = api.post("/chat", json={"agent": agent, "messages": [message]})
             assert answer.status_code == 200, answer.text
-            body = answer.json()
-            served = body["tool_calls"][0]
-            assert served["tool"] == "calculator" and served["success"], served
-            traces.append(body["trace_id"])
+            served = answer.json()["tool_calls"][0]
+            assert served["tool"] == tool and served["success"], served
+            traces.append(answer.json()["trace_id"])
     return traces
 
 

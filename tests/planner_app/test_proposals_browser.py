@@ -8,24 +8,31 @@ requests it newly plans, Apply makes the planner plan them, and rolling back und
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 
 from planner_app import ruleset_versions
-from planner_app.models import IntentRule, Proposal, RuleSetVersion
+from planner_app.models import Agent, IntentRule, Proposal, RuleSetVersion, Workflow
 from tests.ares_site import conftest as browser_fixtures
 from tests.ares_site.browser import assert_stayed_local
 from tests.planner_app.fake_llm import FakeLlm
 from tests.planner_app.proposal_rows import HOSTILE, backtest, evidence, make_proposal
 from tests.planner_app.proposals_worked import (
     TALLY,
+    record_agent_traffic,
     record_llm_traffic,
     record_planned_traffic,
     site_lacks_the_words,
 )
+from tests.planner_app.test_proposal_chains import record_date_chain
+from tools_app import site_engine
+from tools_app.models import McpServer
 
 pytestmark = pytest.mark.browser
 
@@ -156,3 +163,73 @@ def test_request_texts_stay_text_in_the_browser(
     assert page.locator("#backtest-newly_planned td.request").inner_text() == HOSTILE
     assert page.locator("main script, main img").count() == 0
     assert_stayed_local(page, live_server)
+
+
+@pytest.fixture
+def time_server(settings: Any) -> Iterator[None]:
+    """The real mcp-server-time, a stdio child of the site's engine, mapped to nothing."""
+    settings.ARES_TOOL_SETTINGS_CHECK_S = 0
+    McpServer.objects.create(
+        name="time", command=sys.executable,
+        args=["-m", "mcp_server_time", "--local-timezone", "UTC"],
+    )  # fmt: skip
+    yield
+    site_engine.shutdown()
+
+
+def test_an_mcp_tool_serving_a_capability_unmapped_is_mapped_from_the_page(
+    staff_page: Any,
+    live_server: Any,
+    make_key: Callable[..., str],
+    fake_llm: FakeLlm,
+    llm_settings: None,
+    default_rules: None,
+    time_server: None,
+) -> None:
+    tool = "mcp.time.get_current_time"
+    Agent.objects.create(name="clock", tools=[tool])
+    requests = ["what time is it in Tokyo?", "current time in Paris", "what time is it in Lima?"]
+    record_agent_traffic(live_server, make_key, fake_llm, "clock", tool, {"timezone": "UTC"},
+                         requests)  # fmt: skip
+    page = staff_page
+    page.goto(f"{live_server.url}/proposals/?kind=mapping")
+    page.click("#refresh-button")
+    page.click(f"a.proposal-title:text-is('Map {tool} to DateTime')")
+    assert f"map {tool} to DateTime (weight 0)" in page.locator("#change").inner_text()
+    assert sorted(page.locator("#evidence td.request").all_inner_texts()) == sorted(requests)
+    assert set(page.locator("#evidence td.served-by").all_inner_texts()) == {tool}
+    page.click("#apply-button")
+    assert "the rules are now v" in page.locator("#message").inner_text()
+    planner = {"Authorization": f"Bearer {make_key('plan')}"}
+    plan = httpx.post(f"{live_server.url}/api/v1/plan", headers=planner,
+                      json={"request": "what time is it?"}).json()  # fmt: skip
+    assert tool in {c["tool"] for c in plan["explanation"]["candidates"]["DateTime"]}
+
+
+def test_a_recurring_chain_is_saved_from_the_page_opened_in_the_editor_and_runs(
+    staff_page: Any, live_server: Any, default_rules: None
+) -> None:
+    for date in ("2024-03-10", "2025-01-28", "2023-07-04"):
+        record_date_chain(date)
+    page = staff_page
+    page.goto(f"{live_server.url}/proposals/?kind=workflow")
+    page.click("#refresh-button")
+    row = page.locator("#proposals tbody tr", has_text="datetime")
+    assert row.locator(".evidence-count").inner_text() == "3"
+    row.locator("a.proposal-title").click()
+    definition = json.loads(page.locator("#workflow-definition").inner_text())
+    assert [step["tool"] for step in definition["steps"]] == [
+        "datetime", "string_utils", "hash_tool",
+    ]  # fmt: skip
+    assert "{$s1." in json.dumps(definition["steps"][1]["arguments"])
+    page.click("#apply-button")
+    assert "Applied: saved workflow" in page.locator("#message").inner_text()
+    page.click("#open-in-editor")
+    assert page.locator("#id_name").input_value() == "datetime-string_utils-hash_tool"
+    page.goto(f"{live_server.url}/admin/planner_app/workflow/")
+    workflow = Workflow.objects.get()
+    page.check(f"input[name=_selected_action][value='{workflow.pk}']")
+    page.select_option("select[name=action]", "run_now")
+    page.click("button[name=index]")
+    assert ": success (run " in page.locator("ul.messagelist").inner_text()
+    assert workflow.runs.get().status == "success"
