@@ -582,7 +582,7 @@ def _candidate(
     backtest = {
         "traces": len(found),
         "explained": flow.explained,
-        "read": flow.read,
+        **({"read": flow.read} if flow.read < len(found) else {}),
         "links": flow.links,
         "inputs": flow.inputs,
         "dropped": flow.dropped,
@@ -591,7 +591,7 @@ def _candidate(
     return Candidate(
         kind="workflow",
         key=proposal_key(tools),
-        title=f"New workflow {name}: {' → '.join(tools)}",
+        title=f"New workflow: {' → '.join(tools)}",
         target=name,
         why=_why(tools, len(found), flow),
         evidence=evidence,  # all of it: the store keeps EVIDENCE_SHOWN and counts the rest

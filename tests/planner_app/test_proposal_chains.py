@@ -596,3 +596,17 @@ def test_a_chain_whose_traces_disagree_on_the_data_flow_is_not_proposed(
         traffic.append(recorder.trace(f"hash {date}", [moved, hashed]))
     assert list(chains.recurring_chains(traffic)) == [("datetime", "hash_tool")]
     assert propose_workflows(traffic, registry) == []
+
+
+def test_a_chain_seen_often_is_read_from_its_newest_traces(
+    recorder: Recorder, registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chains, "FLOW_TRACES", 3)
+    traffic = [recorder.date_chain(date) for date in DATES]
+    candidate = only(propose_workflows(traffic, registry))
+    assert candidate.backtest["traces"] == 5 and len(candidate.evidence) == 5
+    assert (candidate.backtest["read"], candidate.backtest["explained"]) == (3, 3)
+    [varied] = candidate.backtest["inputs"]
+    assert sorted(varied["examples"]) == sorted(DATES[2:])  # the newest three
+    assert "holds in 3 of the newest 3 of them" in candidate.why
+    assert candidate.title == "New workflow: datetime → string_utils → hash_tool"
