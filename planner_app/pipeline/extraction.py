@@ -95,22 +95,31 @@ def extract_with_rule_words(tool: str, request: str, words: Sequence[RuleWord]) 
 
     An operator may give a rule a word the tool's extractor does not know ("tally" for
     Summation): the word means what the rule means. So where the request as it stands
-    gives no arguments, a matched word the extractor does not see (the request reads the
-    same without it) is tried as each other keyword of its rule ("tally 3 and 4" as "sum
-    3 and 4", "total 3 and 4", ...). The keywords vote: the arguments most readings give
-    are used if no other arguments get as many votes (a rule of several operations, such
-    as md5 and sha1, gives no answer), and the reason says which reading it was.
+    gives no arguments, a matched word the extractor does not read (its reason does not
+    name it, and the request gives no arguments without it either) is tried as each other
+    keyword of its rule ("tally 3 and 4" as "sum 3 and 4", "total 3 and 4", ...). The
+    keywords vote: the arguments most readings give are used if no other arguments get as
+    many votes (a rule of several operations, such as md5 and sha1, gives no answer), and
+    the reason says which reading it was.
     """
     extraction = extract_arguments(tool, request)
     if not extraction.needs_llm:
         return extraction
     for word in words:
-        if extract_arguments(tool, _replaced(request, word.found, " ")) != extraction:
+        if _reads(tool, request, word.found, extraction):
             continue  # the extractor reads this word already: it means what it says there
         reading = _voted_reading(tool, request, word)
         if reading is not None:
             return reading
     return extraction
+
+
+def _reads(tool: str, request: str, found: str, extraction: Extraction) -> bool:
+    """Return whether the extractor reads the word: its reason names it, or the request
+    without it gives arguments (the word is what stops them: "uppercase and reverse")."""
+    if found.lower() in extraction.reason.lower():
+        return True
+    return not extract_arguments(tool, _replaced(request, found, " ")).needs_llm
 
 
 def _voted_reading(tool: str, request: str, word: RuleWord) -> Extraction | None:
