@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.db import transaction
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -101,9 +102,18 @@ def proposal_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
 @staff_member_required
 @require_POST
 def proposals_refresh(request: HttpRequest) -> HttpResponse:
-    """Mine the recorded traffic for proposals now, rather than at the next periodic run."""
-    report = decisions.refresh()
-    messages.success(request, f"Proposals refreshed: {report}.")
+    """Mine the recorded traffic for proposals now, rather than at the next periodic run.
+
+    With Celery workers the refresh is theirs (mining thousands of requests takes longer
+    than a page should); on the default setup, without a broker, it runs here.
+    """
+    from planner_app.tasks import refresh_proposals_task
+
+    if refresh_proposals_task.app.conf.task_always_eager:
+        messages.success(request, f"Proposals refreshed: {decisions.refresh()}.")
+    else:
+        transaction.on_commit(refresh_proposals_task.delay)
+        messages.success(request, "A refresh is queued for a worker: reload this page shortly.")
     return redirect(reverse("proposals"))
 
 

@@ -211,6 +211,23 @@ def test_refresh_now_mines_the_traffic(admin_client: Client, default_rules: None
     assert "Proposals refreshed: 0 proposed from 0 recorded requests" in page
 
 
+@pytest.mark.django_db(transaction=True)
+def test_refresh_now_leaves_the_mining_to_the_workers_when_there_are_some(
+    admin_client: Client, default_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from planner_app.tasks import refresh_proposals_task
+
+    queued = []
+    monkeypatch.setattr(refresh_proposals_task, "delay", lambda: queued.append(1))  # the broker
+    conf = refresh_proposals_task.app.conf
+    eager, conf.task_always_eager = conf.task_always_eager, False
+    try:
+        page = admin_client.post("/proposals/refresh", follow=True).content.decode()
+    finally:
+        conf.task_always_eager = eager
+    assert "A refresh is queued for a worker" in page and queued == [1]
+
+
 def test_a_workflow_proposal_shows_its_definition_and_opens_in_the_editor(
     admin_client: Client, default_rules: None
 ) -> None:
