@@ -38,6 +38,7 @@ PAGES = [
     "/evidence/Arithmetic/",
     "/planner/try",
     "/planner/backtest",
+    "/planner/versions/1/",
     "/sandbox/",
     "/admin/",
     "/admin/traces_app/invocation/",
