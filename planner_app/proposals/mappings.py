@@ -5,14 +5,15 @@ the last one when there are several: what the request asks for in the end), so t
 proposals cover requests the rules understand but plan with the wrong tool, or can't
 resolve to a tool at all. Two kinds:
 
-- a registered tool mapped to no capability (an MCP tool, say) that worked, called by
+- a registered tool mapped to no capability and declaring none (an MCP tool, say; a tool
+  that declares a capability is a candidate for it already) that worked, called by
   someone other than the planner (an LLM, an outside agent), on at least MIN_SUPPORT and
-  at least MIN_SHARE of the capability's requests that no tool mapped to it answered:
-  map it (add_mapping). Agents call other tools beside the one that answers (they format,
-  look up, retry elsewhere), so one tool seen on a few of them is noise, not a mapping;
-  and a tool mapped to another capability is not proposed for a second one: a request
-  of one capability served by another's tool is, far more often, a request the rules
-  misread, which a rule change fixes;
+  at least MIN_SHARE of the capability's requests that no tool mapped to it (or
+  declaring it) answered: map it (add_mapping). Agents call other tools beside the one
+  that answers (they format, look up, retry elsewhere), so one tool seen on a few of
+  them is noise, not a mapping; and a tool of another capability is not proposed for a
+  second one: a request of one capability served by another's tool is, far more often,
+  a request the rules misread, which a rule change fixes;
 - a mapped tool that keeps failing on a capability's requests where another tool then
   succeeds in the same trace: a negative weight, the smallest of WEIGHT_STEPS under which
   the backtest plans those requests with another tool, or, when it never succeeded on
@@ -55,13 +56,18 @@ def propose_mappings(
 ) -> list[Candidate]:
     """Return the mapping proposals the traffic supports, each backtested."""
     mapped = {(m.capability, m.tool): m.weight for m in ruleset.mappings}
-    mapped_tools = {tool for _, tool in mapped}
-    records, unanswered = _records(traffic, backtester, mapped)
+    # A tool that declares a capability is its candidate already, as a mapped one is.
+    declared = {
+        (c, spec.name) for spec in registry.list(enabled_only=False) for c in spec.capabilities
+    }
+    serving = {**dict.fromkeys(declared, 0.0), **mapped}
+    serving_tools = {tool for _, tool in serving}
+    records, unanswered = _records(traffic, backtester, serving)
     candidates = []
     for (capability, tool), record in sorted(records.items()):
         if (capability, tool) in mapped:
             found = _demotion(capability, tool, record, mapped, backtester)
-        elif tool in registry and tool not in mapped_tools:
+        elif tool in registry and tool not in serving_tools:
             found = _addition(capability, tool, record, unanswered[capability], backtester)
         else:
             found = None  # unregistered, or another capability's tool: see the module's note
