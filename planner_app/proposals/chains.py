@@ -14,8 +14,9 @@ argument that varied and came from no output is listed as an input for the opera
 edit). A chain is proposed only when every step after the first keeps a reference, its
 tools are in the registry and the definition passes validate_workflow (a reference whose
 types do not fit is dropped first). Each trace is read up to MAX_CALLS calls and
-MAX_CHAINS_PER_TRACE chains, each payload up to MAX_NODES values, so a big or dense
-trace costs a bounded time.
+MAX_CHAINS_PER_TRACE chains, each payload up to MAX_NODES values, and the data flow of
+the MAX_EVALUATED most frequent chains is read from their newest FLOW_TRACES traces, so
+big or dense traffic costs a bounded time.
 """
 
 from __future__ import annotations
