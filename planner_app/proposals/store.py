@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -69,15 +69,13 @@ class RefreshReport:
     updated: int = 0
     reopened: int = 0
     deleted: int = 0
-    skipped: list[str] = field(default_factory=list)  # miners not there (yet)
 
     def __str__(self) -> str:
-        text = (
+        return (
             f"{self.proposed} proposed from {self.traffic} recorded requests at "
             f"v{self.ruleset_version}: {self.created} new, {self.updated} updated, "
             f"{self.reopened} reopened, {self.deleted} gone"
         )
-        return text + (f"; skipped {', '.join(self.skipped)}" if self.skipped else "")
 
 
 # Refreshing ------------------------------------------------------------------------------
@@ -95,18 +93,18 @@ def refresh_proposals(limit: int | None = None) -> RefreshReport:
     traffic = recorded_traffic(limit or settings.ARES_PROPOSALS_TRAFFIC, since)
     for _ in range(REFRESH_ATTEMPTS):
         report = RefreshReport(traffic=len(traffic))
-        candidates, kinds = _mine(traffic, report)
+        candidates = _mine(traffic, report)
         if latest_number() == report.ruleset_version:
             break  # else the backtests are of rules that changed meanwhile: mine again
     with transaction.atomic():
         lock_proposals()
-        _store(candidates, kinds, report)
+        _store(candidates, report)
     logger.info("refreshed proposals: %s", report)
     return report
 
 
-def _mine(traffic: list[Served], report: RefreshReport) -> tuple[list[Candidate], set[str]]:
-    """Return every miner's candidates, backtested, and the kinds of the miners that ran."""
+def _mine(traffic: list[Served], report: RefreshReport) -> list[Candidate]:
+    """Return every miner's candidates, backtested."""
     from planner_app.services import recent_evidence
     from tools_app.site_engine import get_engine
 
@@ -117,16 +115,14 @@ def _mine(traffic: list[Served], report: RefreshReport) -> tuple[list[Candidate]
     requests = [served.request for served in traffic]
     backtester = Backtester(requests, ruleset, snapshot, registry, recent_evidence)
     candidates: list[Candidate] = []
-    kinds: set[str] = set()
-    for kind, mine in _miners(report).items():
+    for mine in _miners().values():
         found = mine(traffic, backtester, ruleset, registry)
-        kinds.add(kind)
         for candidate in found:
             if candidate.ops and not candidate.backtest:
                 candidate.backtest = summary(backtester.run(candidate.ops))
             candidates.append(candidate)
     report.proposed = len(candidates)
-    return candidates, kinds
+    return candidates
 
 
 def _snapshot_of(number: int) -> dict[str, Any]:
@@ -138,31 +134,23 @@ def _snapshot_of(number: int) -> dict[str, Any]:
 Miner = Callable[..., list[Candidate]]
 
 
-def _miners(report: RefreshReport) -> dict[str, Miner]:
-    """Return the miners by the kind of proposal each makes (one not written yet is skipped)."""
-    miners: dict[str, Miner] = {}
-    try:
-        from planner_app.proposals.rules import propose_rules
-
-        miners[Proposal.Kind.RULE] = lambda traffic, backtester, ruleset, registry: propose_rules(
-            traffic, backtester, ruleset
-        )
-    except ImportError:
-        logger.warning("rule proposals skipped: planner_app.proposals.rules is not there yet")
-        report.skipped.append("rules")
+def _miners() -> dict[str, Miner]:
+    """Return the miners by the kind of proposal each makes, all called alike."""
+    # Here, not at the top: the rule miner loads scikit-learn, which a web process that
+    # only lists proposals never needs.
+    from planner_app.proposals.chains import propose_workflows
     from planner_app.proposals.mappings import propose_mappings
+    from planner_app.proposals.rules import propose_rules
 
-    miners[Proposal.Kind.MAPPING] = propose_mappings
-    try:
-        from planner_app.proposals.chains import propose_workflows
-
-        miners[Proposal.Kind.WORKFLOW] = lambda traffic, backtester, ruleset, registry: (
-            propose_workflows(traffic, registry)
-        )
-    except ImportError:
-        logger.warning("workflow proposals skipped: planner_app.proposals.chains is not there yet")
-        report.skipped.append("workflows")
-    return miners
+    return {
+        Proposal.Kind.RULE: lambda traffic, backtester, ruleset, registry: propose_rules(
+            traffic, backtester, ruleset
+        ),
+        Proposal.Kind.MAPPING: propose_mappings,
+        Proposal.Kind.WORKFLOW: lambda traffic, backtester, ruleset, registry: propose_workflows(
+            traffic, registry
+        ),
+    }
 
 
 def lock_proposals() -> None:
@@ -182,7 +170,7 @@ def lock_proposals() -> None:
             cursor.execute(f"UPDATE {table} SET id = id WHERE 0 = 1")  # noqa: S608
 
 
-def _store(candidates: list[Candidate], kinds: set[str], report: RefreshReport) -> None:
+def _store(candidates: list[Candidate], report: RefreshReport) -> None:
     """Upsert the candidates by key; delete the open proposals no longer made (under the lock)."""
     rules = take_snapshot()  # the rules as they are now, read under the lock
     wanted = {c.key[:KEY_LENGTH]: c for c in candidates if not _in_rules(c, rules)}
@@ -202,7 +190,7 @@ def _store(candidates: list[Candidate], kinds: set[str], report: RefreshReport) 
             report.reopened += 1
     gone = [
         p.pk for p in existing.values()
-        if p.status == Proposal.Status.OPEN and p.key not in wanted and p.kind in kinds
+        if p.status == Proposal.Status.OPEN and p.key not in wanted
     ]  # fmt: skip
     report.deleted = Proposal.objects.filter(pk__in=gone).delete()[0]
 
