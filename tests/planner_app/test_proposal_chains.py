@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -420,6 +421,21 @@ def record_date_chain(date: str, agent: str = "code-agent") -> str:
     return context.trace_id
 
 
+DOCUMENTED = {"steps": [
+    {"id": "s1", "tool": "datetime",
+     "arguments": {"operation": "add", "datetime": "2024-02-26", "days": 5}},
+    {"id": "s2", "tool": "string_utils",
+     "arguments": {"operation": "replace", "text": "{$s1.date}", "old": "-", "new": ""}},
+    {"id": "s3", "tool": "hash_tool", "arguments": {"operation": "sha256", "text": "{$s2.result}"}},
+]}  # fmt: skip
+
+
+def test_the_documented_workflow_is_the_one_proposed() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "proposals.md").read_text()
+    block = text.split("## Workflow proposals", 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
+    assert json.loads(block) == {"name": "datetime-string_utils-hash_tool", **DOCUMENTED}
+
+
 def saved_run(candidate: Any) -> Any:
     """Save the proposal's workflow as apply_proposal does, run it here, and return the run."""
     from planner_app.models import Workflow
@@ -451,6 +467,7 @@ def test_a_chain_recorded_by_the_engine_is_proposed_saved_and_run(default_rules:
     candidate = only(propose_workflows(recorded_traffic(), get_engine().registry))
     assert candidate.key == "workflow:datetime>string_utils>hash_tool"
     assert candidate.backtest["explained"] == 4
+    assert candidate.workflow == DOCUMENTED  # docs/proposals.md shows it
     run = saved_run(candidate)
     assert run.status == "success", run.progress
     # The same data flow: each step got the output of the one before, as the agent did.
