@@ -17,7 +17,7 @@ and only if the version judged is still the newest (ruleset_versions.rollback's 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -46,6 +46,10 @@ ROLL_BACK = "roll back"  # judged worse, not rolled back yet
 ROLLED_BACK = "rolled back"
 SUPERSEDED = "superseded"  # the rules changed before the rollback (another guard, an operator)
 FAR_FUTURE = timedelta(days=36500)
+# Decisions that the requests they rest on no longer change (their 2N requests are all
+# recorded): kept per version in this process, so the minute's job does not read them again.
+SETTLED = (KEPT, TOO_LITTLE_BEFORE, NOT_JUDGED)
+_settled: dict[tuple[int, int, datetime, int, float], GuardVerdict] = {}
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ def judge(version: RuleSetVersion, requests: int, margin: float) -> GuardVerdict
                             f"only {before.whole} planned requests were recorded before "
                             f"v{version.number}, fewer than the {requests} it compares with: "
                             "nothing decided", before, after)  # fmt: skip
-    fall = (before.rate or 0.0) - (after.rate or 0.0)
+    # Rounded: 0.9 - 0.8 is 0.0999..., and a fall of exactly the margin is within it.
+    fall = round((before.rate or 0.0) - (after.rate or 0.0), 9)
     figures = (
         f"planner success {after.percent} ({after.part} of {after.whole}) over its first "
         f"{requests} planned requests against {before.percent} ({before.part} of "
@@ -128,12 +133,16 @@ def guard_newest_version() -> GuardVerdict | None:
     """
     if not settings.ARES_PLANNER_GUARD:
         return None
-    newest = RuleSetVersion.objects.order_by("-number").first()
+    newest = RuleSetVersion.objects.order_by("-number").defer("snapshot").first()
     if newest is None:
         return None
-    verdict = judge(
-        newest, settings.ARES_PLANNER_GUARD_REQUESTS, settings.ARES_PLANNER_GUARD_MARGIN
-    )
+    key = (newest.pk, newest.number, newest.created_at, settings.ARES_PLANNER_GUARD_REQUESTS,
+           settings.ARES_PLANNER_GUARD_MARGIN)  # fmt: skip
+    if key in _settled:
+        return _settled[key]
+    verdict = judge_with_settings(newest)
+    if verdict.decision in SETTLED:
+        _settled[key] = verdict
     if verdict.decision != ROLL_BACK:
         return verdict
     return _roll_back(newest, verdict)
@@ -182,9 +191,7 @@ def verdict_of(version: RuleSetVersion) -> GuardVerdict:
     if rolled is not None:
         why = f"as v{rolled.number}: {rolled.change.split(': ', 2)[-1]}"
         return GuardVerdict(version.number, ROLLED_BACK, why, rolled_back_as=rolled.number)
-    verdict = judge(
-        version, settings.ARES_PLANNER_GUARD_REQUESTS, settings.ARES_PLANNER_GUARD_MARGIN
-    )
+    verdict = judge_with_settings(version)
     newest = RuleSetVersion.objects.order_by("-number").values_list("number", flat=True).first()
     if verdict.decision == NOT_JUDGED or newest == version.number:
         return verdict

@@ -26,6 +26,14 @@ NOW = datetime.now(UTC).replace(microsecond=0)
 N = 10
 
 
+@pytest.fixture(autouse=True)
+def nothing_settled() -> Iterator[None]:
+    """Forget the verdicts another test's database settled (versions share numbers)."""
+    rules_guard._settled.clear()
+    yield
+    rules_guard._settled.clear()
+
+
 @pytest.fixture
 def guard_on(settings: Any) -> None:
     settings.ARES_PLANNER_GUARD = True
