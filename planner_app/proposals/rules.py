@@ -2,15 +2,19 @@
 
 A request the current rules can't plan (no rule matched, or the plan needs the LLM) that
 a tool call then served (an LLM or an outside agent chose it, and it worked) says the
-rules lack a word. For each serving tool, every word of those requests (English words,
-Chinese substrings of 2 to 4 characters) that two or more of them share is tried in the
-rule of each capability the tool is mapped to, and the backtester plans the recorded
-requests with it. A word is kept for the capability under which it plans the most of
-those requests with the serving tool (the same arguments as the recorded call first; a
-tie goes to the capability of the most similar requests the rules already plan with the
-tool) and changes no plan the rules make now, plans no request that another tool served
-and breaks none. Words are then picked greedily, each for the requests no word picked
-before it plans, while it still plans at least MIN_SUPPORT of them.
+rules lack a word. For each serving tool, every word of those requests (English words
+without scikit-learn's stop words, Chinese substrings of 2 to 4 characters) that at
+least MIN_SUPPORT of them share is tried in each rule of each capability the tool is
+mapped to, and the backtester plans the recorded requests with it. A word is kept where
+it plans the most of those requests with the serving tool, if it changes no tool or
+argument of a plan the rules make now, plans no request another tool served and breaks
+none. Between capabilities that plan the same (the calculator has seven), the recorded
+call's arguments decide, then the capability's own description naming the word, then
+the TF-IDF likeness of the requests to those the rules plan for each capability. Words
+are then picked greedily, each for the requests no word picked before it plans, while it
+still plans at least MIN_SUPPORT of them; among words that plan as many, a Chinese word
+not beginning or ending at a particle, the word fewer requests of other tools hold, the
+likelier Chinese word (accessor variety), the shorter and the earlier wins.
 
 No Django here: traffic, a Backtester and a RuleSet in, Candidates out.
 """
@@ -28,11 +32,13 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, TfidfVectorizer
 from sklearn.metrics.pairwise import cosine_similarity
 
 from planner_app.backtest import BacktestReport, Choice
+from planner_app.pipeline.analysis import singulars
 from planner_app.pipeline.ruleset import IntentRule, RuleSet
 from planner_app.proposals.candidates import EVIDENCE_SHOWN, Backtester, Candidate, summary
 from planner_app.proposals.traffic import Call, Served
 
 MIN_SUPPORT = 2  # requests a word must newly plan: one-off text never becomes a rule
+MAX_WORDS = 60  # words tried per serving tool, most shared first: each costs a backtest
 _ENGLISH = re.compile(r"[A-Za-z0-9_]+")  # as the rules' word index reads words: md5, sha256
 _CHINESE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]+")
 _CHINESE_LENGTHS = (2, 3, 4)
@@ -221,14 +227,13 @@ class _ToolProposer:
             for word, count in counts.items()
             if count >= self.min_support and not any(word in w for w in self._elsewhere)
         ]
-        return sorted(words, key=lambda word: (-counts[word], word))
+        return sorted(words, key=lambda word: (-counts[word], word))[:MAX_WORDS]
 
     def _best(self, word: str) -> _Trial | None:
         """Return the word in the rule where it plans most, if it harms nothing.
 
         Each rule it may go in is tried (a rule's other keywords decide how the tool's
-        extractor reads a word it does not know); ties go to the capability whose planned
-        requests are most like these, then to the likelier rule.
+        extractor reads a word it does not know); see _preference for the order.
         """
         trials = [
             self._trial(word, capability, op)
@@ -238,8 +243,19 @@ class _ToolProposer:
         fit = [t for t in trials if not t.harm and len(t.planned) >= self.min_support]
         if not fit:
             return None
-        return max(fit, key=lambda t: (len(t.same_arguments), len(t.planned), self._near(t),
-                                       -trials.index(t)))  # fmt: skip
+        return max(fit, key=lambda t: self._preference(t, trials))
+
+    def _preference(self, trial: _Trial, trials: list[_Trial]) -> tuple[Any, ...]:
+        """Return how good a trial is: requests planned with the recorded call's arguments,
+        requests planned, the capability's description naming the word, the likeness of
+        the requests to the capability's planned ones, then the likelier rule."""
+        return (
+            len(trial.same_arguments),
+            len(trial.planned),
+            self._described(trial),
+            self._near(trial),
+            -trials.index(trial),
+        )
 
     def _ops(self, word: str, capability: str) -> list[dict[str, Any]]:
         """Return the ways to add the word: to each rule it may go in, else a new rule."""
@@ -279,6 +295,14 @@ class _ToolProposer:
             steps = [arguments for tool, arguments in after.steps if tool == self.tool]
             if call is not None and any(_same_arguments(a, call) for a in steps):
                 trial.same_arguments.add(request)
+
+    def _described(self, trial: _Trial) -> bool:
+        """Return whether the capability's name or description holds the word (plurals too):
+        "gcd" for NumberTheory ("gcd, lcm, primes, modulo"), "add" for Summation."""
+        info = self.ruleset.capabilities[trial.capability]
+        name = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", info.name)
+        words = set(_ENGLISH.findall(f"{name} {info.description}".lower()))
+        return bool({trial.word, *(w for w in words if trial.word in singulars(w))} & words)
 
     def _near(self, trial: _Trial) -> float:
         """Return how like the trial's requests are to those the rules plan for its capability."""
