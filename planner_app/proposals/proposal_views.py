@@ -4,6 +4,7 @@ and the staff's posts that apply, dismiss or refresh them."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import messages
@@ -157,6 +158,7 @@ def _detail(request: HttpRequest, pk: int, error: str = "", status: int = 200) -
         "seen_version": seen,
         "error": error,
         "evidence_shown": len(proposal.evidence),
+        "evidence_rows": [{**item, "at": _moment(item.get("at"))} for item in proposal.evidence],
     }
     if error and status == 200:
         status = 400
@@ -193,6 +195,17 @@ def _other_lists(proposal: Proposal) -> list[tuple[str, list[str]]]:
         for name, items in (proposal.backtest or {}).items()
         if isinstance(items, list) and name not in labelled
     ]
+
+
+def _moment(text: Any) -> str:
+    """Return an evidence entry's ISO moment as the pages show times (UTC, to the second)."""
+    try:
+        moment = datetime.fromisoformat(str(text))
+    except ValueError:
+        return str(text or "")
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _as_json(value: Any) -> str:

@@ -281,3 +281,12 @@ def test_the_admin_lists_and_decides_proposals(admin_client: Client, default_rul
     ).content.decode()
     assert "not dismissed: Proposal #" in again and "was already applied by admin" in again
     assert admin_client.get("/admin/planner_app/proposal/add/").status_code == 403
+
+
+def test_the_requests_behind_it_show_when_in_utc(admin_client: Client, default_rules: None) -> None:
+    entry = {**evidence("tally 3 and 4"), "at": "2026-11-30T13:04:05.250000+01:00"}
+    odd = {**evidence("tally 10 and 20"), "at": "<not a moment>"}
+    proposal = make_proposal(evidence=[entry, odd])
+    page = admin_client.get(f"/proposals/{proposal.pk}/").content.decode()
+    assert "<td>2026-11-30 12:04:05</td>" in page
+    assert "<td>&lt;not a moment&gt;</td>" in page
