@@ -68,7 +68,7 @@ def apply(pk: int, user: Any = None, seen_version: int | None = None) -> Proposa
     from planner_app.proposals import store
 
     with refusals():
-        return store.apply_proposal(pk, user=user, seen_version=seen_version)
+        return store.apply_proposal(_storable(pk), user=user, seen_version=seen_version)
 
 
 def dismiss(pk: int, user: Any = None, seen_version: int | None = None) -> Proposal:
@@ -76,7 +76,14 @@ def dismiss(pk: int, user: Any = None, seen_version: int | None = None) -> Propo
     from planner_app.proposals import store
 
     with refusals():
-        return store.dismiss_proposal(pk, user=user)
+        return store.dismiss_proposal(_storable(pk), user=user)
+
+
+def _storable(pk: int) -> int:
+    """Return `pk`, or raise Proposal.DoesNotExist for one no database column can hold."""
+    if not 1 <= pk <= MAX_ID:
+        raise Proposal.DoesNotExist(f"no proposal #{pk}")
+    return pk
 
 
 def refresh() -> Any:

@@ -114,6 +114,8 @@ def test_an_unknown_proposal_is_a_404_page(admin_client: Client) -> None:
     assert "There is no proposal #99999" in answer.content.decode()
     assert admin_client.post("/proposals/99999/apply", {"seen_version": "1"}).status_code == 404
     assert admin_client.post("/proposals/99999/dismiss").status_code == 404
+    for path in (f"/proposals/{10**30}/apply", f"/proposals/{10**30}/dismiss"):
+        assert admin_client.post(path, {"seen_version": "1"}).status_code == 404
     assert admin_client.get(f"/proposals/{10**30}/").status_code == 404
 
 
