@@ -89,6 +89,9 @@ def test_the_worked_example_proposes_tally_applies_it_and_rolls_back(
     assert f"the rules are now v{before + 1}" in page.locator("#message").inner_text()
     assert "Applied by operator" in page.locator("#decided").inner_text()
     assert "tally" in IntentRule.objects.get(name="sum-en").keywords
+    page.click("#applied-version")  # what the version did, since against before
+    assert page.locator("#version-title").inner_text() == f"Rule-set v{before + 1}"
+    assert "add 'tally' to rule sum-en" in page.locator("#version-change").inner_text()
 
     for request in TALLY:
         assert plan_in_try_the_planner(page, live_server, request) == "calculator"

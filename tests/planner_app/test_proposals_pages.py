@@ -129,6 +129,7 @@ def test_applying_from_the_page_makes_a_version(admin_client: Client, default_ru
     assert answer.redirect_chain == [(f"/proposals/{proposal.pk}/", 302)]
     assert f"Applied: the rules are now v{int(seen) + 1}." in page
     assert 'id="decided"' in page and "by admin" in page and 'id="apply-button"' not in page
+    assert f'href="/planner/versions/{int(seen) + 1}/" id="applied-version"' in page
     assert "tally" in sum_en_keywords()
 
 
