@@ -286,3 +286,36 @@ def test_a_capability_without_a_rule_in_the_words_language_gets_a_new_rule(
     ]  # fmt: skip
     assert candidate.title == 'New rule proposed-datetime-en for DateTime: "clock"'
     assert candidate.backtest["newly_planned_count"] == 2
+
+
+@pytest.mark.django_db
+def test_it_ignores_what_it_cannot_learn_from(shipped: dict[str, Any]) -> None:
+    ruleset = ruleset_from_snapshot(shipped, 7)
+    unmapped = Call("mcp.demo.add", "llm", True, {"a": 3, "b": 4}, 7, START)
+    records = [
+        Served("t1", "tally 3 and 4", START, (unmapped,)),  # a tool no capability maps
+        Served("t2", "tally 5 and 6", START, (unmapped,)),
+        Served("t3", "   ", START, (Call("calculator", "llm", True, {}, 0, START),)),
+        Served("t4", "", START, (Call("calculator", "llm", True, {}, 0, START),)),
+        Served("t5", "tally 7 and 8", START, ()),  # nothing served it
+        *traffic(ruleset, {}),
+    ]
+    assert proposals(shipped, records) == []
+
+
+@pytest.mark.django_db
+def test_it_reads_recorded_arguments_given_as_json_text(shipped: dict[str, Any]) -> None:
+    # An outside agent may report its call's arguments as a JSON string.
+    served = {request: ("calculator", f'{{"expression": "sum({n}, {n + 1})"}}')
+              for n, request in ((3, "tally 3 and 4"), (5, "tally 5 and 6"))}  # fmt: skip
+    [candidate] = proposals(shipped, traffic(ruleset_from_snapshot(shipped, 7), served))
+    assert candidate.key == "rule:Summation:tally"
+    assert "2 with the recorded call's arguments" in candidate.why
+
+
+@pytest.mark.django_db
+def test_the_same_request_recorded_twice_counts_once(shipped: dict[str, Any]) -> None:
+    ruleset = ruleset_from_snapshot(shipped, 7)
+    call = Call("calculator", "llm", True, {"expression": "3+4"}, 7, START)
+    twice = [Served(f"t{n}", "tally 3 and 4", START, (call,)) for n in range(5)]
+    assert proposals(shipped, [*twice, *traffic(ruleset, {})]) == []
