@@ -126,14 +126,16 @@ def _voted_reading(tool: str, request: str, word: RuleWord) -> Extraction | None
     """Return what most of the rule's other keywords read in the word's place, if one wins."""
     same = {word.found.lower(), *singulars(word.found.lower())}
     votes: dict[str, list[tuple[str, Extraction]]] = {}
-    for keyword in word.keywords:
-        if keyword.strip().lower() in same:
-            continue
-        reworded = _replaced(request, word.found, keyword.strip())
+    keywords = [k.strip() for k in word.keywords if k.strip().lower() not in same]
+    for position, keyword in enumerate(keywords):
+        reworded = _replaced(request, word.found, keyword)
         reading = extract_arguments(tool, reworded) if reworded != request else None
         if reading is not None and not reading.needs_llm:
             key = json.dumps(reading.arguments, sort_keys=True, ensure_ascii=False)
-            votes.setdefault(key, []).append((keyword.strip(), reading))
+            votes.setdefault(key, []).append((keyword, reading))
+            counts = sorted(map(len, votes.values()), reverse=True) + [0]
+            if counts[0] > counts[1] + len(keywords) - position - 1:
+                break  # the keywords left can't catch up
     ranked = sorted(votes.values(), key=len, reverse=True)
     if not ranked or (len(ranked) > 1 and len(ranked[1]) == len(ranked[0])):
         return None
