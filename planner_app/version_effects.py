@@ -20,7 +20,6 @@ row before and after the change.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,8 +35,7 @@ from traces_app.charts import Chart, Marker, with_markers
 from traces_app.models import ChosenBy, Invocation, SpanKind, SpanStatus, Trace
 
 # The most requests one side of a comparison reads (the first after, the last before).
-REQUESTS_READ = 5000
-SPANS_CHUNK = 500  # trace ids per query of their spans
+REQUESTS_READ = 2000
 NO_RULE = "(no rule matches)"
 Z_95 = 1.959964
 
@@ -75,15 +73,16 @@ def recorded_requests(
     traces: QuerySet[Trace], limit: int = REQUESTS_READ
 ) -> tuple[list[RequestOutcome], bool]:
     """Return the outcomes of up to `limit` requests of an ordered trace query, and whether
-    more were left unread."""
-    rows = list(
-        traces.exclude(request_text="")
-        .filter(tool_calls__gt=0)
-        .values_list("trace_id", "request_text", "started_at")[: limit + 1]
-    )
+    more were left unread.
+
+    Two queries whatever the limit: the traces, then their tool calls (the same trace query
+    as a subquery, which the database runs once, rather than thousands of ids sent back).
+    """
+    requests = traces.exclude(request_text="").filter(tool_calls__gt=0)
+    rows = list(requests.values_list("trace_id", "request_text", "started_at")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    calls = dict(_tool_calls(trace_id for trace_id, _, _ in rows))
+    calls = _tool_calls(requests.values("pk")[:limit]) if rows else {}
     outcomes = [
         outcome_of(trace_id, request, at, calls[trace_id])
         for trace_id, request, at in rows
@@ -92,21 +91,18 @@ def recorded_requests(
     return outcomes, more
 
 
-def _tool_calls(trace_ids: Iterable[str]) -> Iterator[tuple[str, list[tuple[str, str]]]]:
-    """Yield each trace's tool calls not stopped, (chosen_by, status) in the order they began."""
-    ids = list(trace_ids)
-    for start in range(0, len(ids), SPANS_CHUNK):
-        spans = (
-            Invocation.objects.filter(trace_id__in=ids[start : start + SPANS_CHUNK])
-            .filter(kind=SpanKind.TOOL)
-            .exclude(status=SpanStatus.STOPPED)
-            .order_by("trace_id", "started_at", "pk")
-            .values_list("trace_id", "chosen_by", "status")
-        )
-        found: dict[str, list[tuple[str, str]]] = {}
-        for trace_id, chosen_by, status in spans:
-            found.setdefault(trace_id, []).append((chosen_by, status))
-        yield from found.items()
+def _tool_calls(trace_ids: QuerySet[Trace]) -> dict[str, list[tuple[str, str]]]:
+    """Return each trace's tool calls not stopped, (chosen_by, status) in the order they began."""
+    spans = (
+        Invocation.objects.filter(trace_id__in=trace_ids, kind=SpanKind.TOOL)
+        .exclude(status=SpanStatus.STOPPED)
+        .order_by("trace_id", "started_at", "pk")
+        .values_list("trace_id", "chosen_by", "status")
+    )
+    found: dict[str, list[tuple[str, str]]] = {}
+    for trace_id, chosen_by, status in spans.iterator(chunk_size=5000):
+        found.setdefault(trace_id, []).append((chosen_by, status))
+    return found
 
 
 def requests_between(since: datetime, until: datetime) -> QuerySet[Trace]:
@@ -243,7 +239,9 @@ class VersionEffect:
         return rows
 
 
-def effect_of(version: RuleSetVersion, now: datetime | None = None) -> VersionEffect:
+def effect_of(
+    version: RuleSetVersion, now: datetime | None = None, limit: int = REQUESTS_READ
+) -> VersionEffect:
     """Return what `version` did: its requests (until the next version, or now) against the
     requests of the same span of time before it."""
     now = now or timezone.now()
@@ -254,8 +252,8 @@ def effect_of(version: RuleSetVersion, now: datetime | None = None) -> VersionEf
     span = end - start
     after_q = requests_between(start, end).order_by("started_at", "trace_id")
     before_q = requests_between(start - span, start).order_by("-started_at", "-trace_id")
-    after = Window(start, end, *recorded_requests(after_q))
-    before = Window(start - span, start, *recorded_requests(before_q))
+    after = Window(start, end, *recorded_requests(after_q, limit))
+    before = Window(start - span, start, *recorded_requests(before_q, limit))
     effect = VersionEffect(version, previous, following, before, after)
     _count(effect, ruleset_from_snapshot(version.snapshot, version.number))
     return effect
@@ -264,10 +262,13 @@ def effect_of(version: RuleSetVersion, now: datetime | None = None) -> VersionEf
 def _count(effect: VersionEffect, ruleset: RuleSet) -> None:
     """Tally both sides, in total and by the capabilities `ruleset` reads in each request."""
     analyzer = SemanticAnalyzer()
+    read: dict[str, str] = {}  # request text -> its row: agents send the same text often
     for side, window in enumerate((effect.before, effect.after)):
         for outcome in window.outcomes:
-            capabilities = analyzer.analyze(outcome.request, ruleset).capabilities
-            name = " + ".join(sorted(capabilities)) or NO_RULE
+            name = read.get(outcome.request)
+            if name is None:
+                capabilities = analyzer.analyze(outcome.request, ruleset).capabilities
+                name = read[outcome.request] = " + ".join(sorted(capabilities)) or NO_RULE
             pair = effect.by_capability.setdefault(name, (Tally(), Tally()))
             pair[side].add(outcome)
             effect.totals[side].add(outcome)

@@ -15,6 +15,7 @@ from planner_app.version_effects import (
     NO_RULE,
     Share,
     change_text,
+    effect_of,
     outcome_of,
     version_markers,
     wilson_interval,
@@ -263,3 +264,19 @@ def test_version_markers_are_bounded_and_oldest_first(default_rules: None) -> No
     markers = version_markers(NOW - timedelta(hours=4, minutes=30), NOW)
     assert [m.label for m in markers] == ["v3", "v4"]
     assert markers[0].url == "/planner/versions/3/" and markers[0].title == "4 h ago"
+
+
+def test_a_side_reads_the_requests_nearest_the_version_and_says_it_was_cut(
+    default_rules: None,
+) -> None:
+    version = make_version("v2", NOW - timedelta(hours=2))
+    near_after = record_request(version.created_at + timedelta(minutes=1), SUM[0], "planner ok")
+    record_request(version.created_at + timedelta(minutes=50), SUM[0], "planner failed")
+    near_before = record_request(version.created_at - timedelta(minutes=1), SUM[0], "llm only")
+    record_request(version.created_at - timedelta(minutes=50), SUM[0], "planner failed")
+
+    effect = effect_of(version, NOW, limit=1)
+
+    assert [o.trace_id for o in effect.after.outcomes] == [near_after] and effect.after.more
+    assert [o.trace_id for o in effect.before.outcomes] == [near_before] and effect.before.more
+    assert not effect_of(version, NOW, limit=2).after.more
