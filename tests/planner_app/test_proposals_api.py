@@ -8,10 +8,14 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, assume, given
+from hypothesis import settings as hypothesis_settings
+from schemathesis import GenerationMode
 
 from planner_app import ruleset_versions
 from planner_app.models import IntentRule, Proposal, RuleSetVersion
 from planner_app.tasks import refresh_proposals_task
+from tests.ares_site import test_api_fuzz as fuzzing
 from tests.planner_app.fake_llm import FakeLlm
 from tests.planner_app.proposal_rows import HOSTILE, evidence, make_proposal
 from tests.planner_app.proposals_worked import (
@@ -24,6 +28,8 @@ from tests.planner_app.proposals_worked import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+api_schema, local_only = fuzzing.api_schema, fuzzing.local_only  # the fuzzer's fixtures
 
 
 @pytest.fixture
@@ -321,3 +327,36 @@ def test_the_worked_example_for_an_agent_over_the_api(
     refresh_proposals_task()
     again = tune.get(f"/proposals/{leiji['id']}").json()
     assert (again["status"], again["applied_version"]) == ("open", None)
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+@pytest.mark.parametrize("label", [op for op in fuzzing.OPERATIONS if "/proposals" in op])
+def test_it_holds_to_its_schema_with_proposals_stored(
+    api_schema: Any, live_server: Any, make_key: Callable[..., str], default_rules: None,
+    label: str, mode: GenerationMode,
+) -> None:  # fmt: skip
+    """Schemathesis on the proposals' operations with rows to find, apply and refuse."""
+    stored = [make_proposal(word).pk for word in ("tally", "reckon", "summed")]
+    gone = [{"op": "add_words", "rule": "no-such-rule", "keywords": ["x"]}]
+    ids = [*stored, make_proposal("gone", ops=gone).pk, max(stored) + 100]  # and one absent
+    method, path = label.split(" ", 1)
+    operation = api_schema[path][method]
+    headers = {"Authorization": f"Bearer {make_key('tune')}"}
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @hypothesis_settings(max_examples=30, derandomize=True, database=None, deadline=None,
+                         suppress_health_check=list(HealthCheck))  # fmt: skip
+    def fuzz(case: Any) -> None:
+        assume(not (mode is GenerationMode.NEGATIVE and fuzzing.is_valid_on_the_wire(case)))
+        if "proposal_id" in (case.path_parameters or {}) and mode is GenerationMode.POSITIVE:
+            generated = case.path_parameters["proposal_id"]
+            case.path_parameters["proposal_id"] = ids[abs(generated) % len(ids)]
+        answer = case.call_and_validate(base_url=live_server.url, headers=headers)
+        statuses.add(answer.status_code)
+
+    statuses: set[int] = set()
+    fuzz()
+    if mode is GenerationMode.POSITIVE:  # it reached stored rows, not only 404s
+        assert 200 in statuses, statuses
+    if mode is GenerationMode.POSITIVE and method == "POST":
+        assert 409 in statuses, statuses  # decided already, or the change no longer fits
