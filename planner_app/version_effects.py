@@ -82,7 +82,8 @@ def recorded_requests(
     rows = list(requests.values_list("trace_id", "request_text", "started_at")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    calls = _tool_calls(requests.values("pk")[:limit]) if rows else {}
+    earliest = min((at for _, _, at in rows), default=None)
+    calls = _tool_calls(requests.values("pk")[:limit], earliest) if rows else {}
     outcomes = [
         outcome_of(trace_id, request, at, calls[trace_id])
         for trace_id, request, at in rows
@@ -91,10 +92,18 @@ def recorded_requests(
     return outcomes, more
 
 
-def _tool_calls(trace_ids: QuerySet[Trace]) -> dict[str, list[tuple[str, str]]]:
-    """Return each trace's tool calls not stopped, (chosen_by, status) in the order they began."""
+def _tool_calls(
+    trace_ids: QuerySet[Trace], earliest: datetime | None
+) -> dict[str, list[tuple[str, str]]]:
+    """Return each trace's tool calls not stopped, (chosen_by, status) in the order they began.
+
+    No span of a trace starts before the trace (its start is its first span's), so spans
+    before `earliest` (the first trace's start) need not be read: the span time index
+    bounds the scan.
+    """
     spans = (
         Invocation.objects.filter(trace_id__in=trace_ids, kind=SpanKind.TOOL)
+        .filter(started_at__gte=earliest)
         .exclude(status=SpanStatus.STOPPED)
         .order_by("trace_id", "started_at", "pk")
         .values_list("trace_id", "chosen_by", "status")
