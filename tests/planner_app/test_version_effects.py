@@ -280,3 +280,14 @@ def test_a_side_reads_the_requests_nearest_the_version_and_says_it_was_cut(
     assert [o.trace_id for o in effect.after.outcomes] == [near_after] and effect.after.more
     assert [o.trace_id for o in effect.before.outcomes] == [near_before] and effect.before.more
     assert not effect_of(version, NOW, limit=2).after.more
+
+
+def test_try_the_planner_and_the_evidence_link_the_version_in_force(
+    admin_client: Any, default_rules: None
+) -> None:
+    version = make_version("add tally", NOW - timedelta(hours=1), add_sum_word="tally")
+    link = f'href="/planner/versions/{version.number}/"'
+    tried = admin_client.get("/planner/try?request=tally+3+and+4").content.decode()
+    assert f'<a id="plan-version" {link}>v{version.number}</a>' in tried
+    record_request(NOW - timedelta(minutes=30), SUM[0], "planner ok")
+    assert link in admin_client.get("/evidence/Summation/").content.decode()
