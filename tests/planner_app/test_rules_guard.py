@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,6 +19,7 @@ from planner_app.bridge import BridgeResult
 from planner_app.models import Capability, CapabilityMapping, RuleSetVersion
 from planner_app.pipeline.extraction import DEMO_ADD_TOOL
 from planner_app.rules_guard import guard_newest_version, judge
+from tests.conftest import ROOT, subprocess_env
 from tests.planner_app.conftest import in_site_registry
 from tests.planner_app.version_traffic import make_version, record_request
 from tools_app.engine import CallContext
@@ -200,6 +204,29 @@ def test_two_guards_at_once_roll_back_once(guard_on: None, default_rules: None) 
     # The other one found the rules changed under the lock, or judged the guard's version.
     assert set(decisions) - {rules_guard.ROLLED_BACK} <= {rules_guard.SUPERSEDED,
                                                           rules_guard.NOT_JUDGED}  # fmt: skip
+    assert ruleset_versions.latest_number() == version.number + 1
+    assert RuleSetVersion.objects.filter(change__startswith="guard: ").count() == 1
+
+
+GUARD_ONCE = (
+    "import json; from planner_app.rules_guard import guard_newest_version; "
+    "verdict = guard_newest_version(); print(json.dumps(verdict.decision))"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_guarding_at_once_roll_back_once(default_rules: None) -> None:
+    """Two real processes of the site, started together, each running the guard."""
+    version = _a_worse_version()
+    env = subprocess_env(ARES_PLANNER_GUARD="1", ARES_PLANNER_GUARD_REQUESTS=str(N),
+                         ARES_PLANNER_GUARD_MARGIN="0.10")  # fmt: skip
+    command = [sys.executable, "manage.py", "shell", "-c", GUARD_ONCE]
+    processes = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    outputs = [process.communicate(timeout=120) for process in processes]
+    assert all(process.returncode == 0 for process in processes), outputs
+    decisions = sorted(json.loads(out.strip().splitlines()[-1]) for out, _ in outputs)
+    assert decisions.count(rules_guard.ROLLED_BACK) == 1, decisions
     assert ruleset_versions.latest_number() == version.number + 1
     assert RuleSetVersion.objects.filter(change__startswith="guard: ").count() == 1
 
