@@ -251,6 +251,12 @@ class Proposal(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     decided_at = models.DateTimeField(null=True, blank=True)
+    decided_via = models.CharField(
+        max_length=250, blank=True, help_text="Who decided: a staff user, or an API key by name"
+    )
+    history = models.JSONField(
+        default=list, blank=True, help_text="Earlier decisions undone since (newest last)"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

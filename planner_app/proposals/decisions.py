@@ -19,6 +19,7 @@ from planner_app import ruleset_versions
 from planner_app.models import Proposal
 from planner_app.proposals.changes import ChangeError, describe
 from traces_app.http.paging import SortKey
+from traces_app.models import ApiKey
 
 # The most supported first (ties: the newest row first), for the API and the page alike.
 BY_SUPPORT = SortKey("evidence_count", kind="number")
@@ -63,20 +64,26 @@ def acting_user(request: HttpRequest) -> Any:
     return user if user is not None and user.is_authenticated else None
 
 
-def apply(pk: int, user: Any = None, seen_version: int | None = None) -> Proposal:
+def acting_key(request: HttpRequest) -> str:
+    """Return the API key making the decision, as "API key 'name' (prefix…)", or ""."""
+    key = getattr(request, "auth", None)
+    return f"API key {key.name!r} ({key.prefix}…)" if isinstance(key, ApiKey) else ""
+
+
+def apply(pk: int, user: Any = None, seen_version: int | None = None, via: str = "") -> Proposal:
     """Apply the proposal (store.apply_proposal); Refused says why it was not."""
     from planner_app.proposals import store
 
     with refusals():
-        return store.apply_proposal(_storable(pk), user=user, seen_version=seen_version)
+        return store.apply_proposal(_storable(pk), user, seen_version, via)
 
 
-def dismiss(pk: int, user: Any = None, seen_version: int | None = None) -> Proposal:
+def dismiss(pk: int, user: Any = None, seen_version: int | None = None, via: str = "") -> Proposal:
     """Dismiss the proposal (store.dismiss_proposal); Refused says why it was not."""
     from planner_app.proposals import store
 
     with refusals():
-        return store.dismiss_proposal(_storable(pk), user=user)
+        return store.dismiss_proposal(_storable(pk), user, via)
 
 
 def _storable(pk: int) -> int:

@@ -65,7 +65,9 @@ class ProposalOut(Schema):
 
     @staticmethod
     def resolve_decided_by(proposal: Proposal) -> str | None:
-        return proposal.decided_by.get_username() if proposal.decided_by else None
+        if proposal.decided_by:
+            return proposal.decided_by.get_username()
+        return proposal.decided_via or None
 
     @staticmethod
     def resolve_url(proposal: Proposal) -> str:
@@ -75,6 +77,9 @@ class ProposalOut(Schema):
 class ProposalDetailOut(ProposalOut):
     workflow_definition: dict[str, Any] | None
     evidence: list[dict[str, Any]] = Field(description="The requests behind it (the newest)")
+    history: list[dict[str, Any]] = Field(
+        description="Earlier decisions undone since: status, by, at, applied_version, undone_by"
+    )
     backtest: dict[str, Any] = Field(
         description="Counts, and examples labelled newly_planned, newly_needs_llm, changed"
     )
@@ -188,6 +193,7 @@ def _seen_version(request: HttpRequest) -> int | None:
 def _decided(action: Any, proposal_id: int, request: HttpRequest, seen: int | None) -> Proposal:
     """Run apply or dismiss as the caller; a refusal is a 409 saying why."""
     try:
-        return action(proposal_id, decisions.acting_user(request), seen)
+        user, key = decisions.acting_user(request), decisions.acting_key(request)
+        return action(proposal_id, user, seen, key)
     except decisions.Refused as exc:
         raise HttpError(exc.status, str(exc)) from None

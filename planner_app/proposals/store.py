@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from planner_app.models import Proposal, Workflow
+from planner_app.models import Proposal, RuleSetVersion, Workflow
 from planner_app.proposals.candidates import EVIDENCE_SHOWN, Backtester, Candidate, summary
 from planner_app.proposals.changes import ChangeError, apply_ops, describe
 from planner_app.proposals.traffic import Served, recorded_traffic
@@ -215,9 +215,22 @@ def _comes_back(proposal: Proposal, candidate: Candidate) -> bool:
 
 
 def _reopen(proposal: Proposal) -> None:
+    """Open a decided proposal again, keeping what was decided, and what undid it, in history."""
+    entry: dict[str, Any] = {
+        "status": proposal.status,
+        "by": _decider(proposal),
+        "at": proposal.decided_at.isoformat() if proposal.decided_at else "",
+        "applied_version": proposal.applied_version,
+        "dismissed_evidence": proposal.dismissed_evidence,
+    }
+    if proposal.status == Proposal.Status.APPLIED and proposal.applied_version:
+        newest = RuleSetVersion.objects.order_by("-number").only("number", "change").first()
+        if newest is not None and newest.number != proposal.applied_version:
+            entry["undone_by"] = {"version": newest.number, "change": newest.change}
+    proposal.history = [*proposal.history, entry]
     proposal.status = Proposal.Status.OPEN
     proposal.applied_version = proposal.dismissed_evidence = None
-    proposal.decided_by, proposal.decided_at = None, None
+    proposal.decided_by, proposal.decided_at, proposal.decided_via = None, None, ""
 
 
 def _fields(candidate: Candidate, version: int) -> dict[str, Any]:
@@ -260,13 +273,15 @@ def _evidence_entry(served: Served) -> dict[str, Any]:
 # Deciding --------------------------------------------------------------------------------
 
 
-def apply_proposal(pk: int, user: Any = None, seen_version: int | None = None) -> Proposal:
+def apply_proposal(
+    pk: int, user: Any = None, seen_version: int | None = None, via: str = ""
+) -> Proposal:
     """Apply an open proposal: one new rule-set version for a change, a Workflow row for a workflow.
 
     Raises Proposal.DoesNotExist, AlreadyDecided (applied or dismissed, by whom),
     RulesChanged (the rules moved past `seen_version`, the version the operator's page
     showed), ChangeError (the change no longer fits the rules) or WorkflowInvalid;
-    each leaves everything as it was.
+    each leaves everything as it was. `via` names a decider without an account (an API key).
     """
     with transaction.atomic():
         lock_proposals()
@@ -280,21 +295,21 @@ def apply_proposal(pk: int, user: Any = None, seen_version: int | None = None) -
             note = f"proposal #{proposal.pk}: {'; '.join(describe(op) for op in proposal.ops)}"
             version = apply_change(_changed_by(proposal.ops), note, user, seen_version)
             proposal.applied_version = version.number
-        _decide(proposal, Proposal.Status.APPLIED, user)
+        _decide(proposal, Proposal.Status.APPLIED, user, via)
     return proposal
 
 
-def dismiss_proposal(pk: int, user: Any = None) -> Proposal:
+def dismiss_proposal(pk: int, user: Any = None, via: str = "") -> Proposal:
     """Dismiss an open proposal: it stays away until its evidence grows past today's.
 
-    Raises Proposal.DoesNotExist or AlreadyDecided.
+    Raises Proposal.DoesNotExist or AlreadyDecided; `via` as for apply_proposal.
     """
     with transaction.atomic():
         lock_proposals()
         proposal = Proposal.objects.select_for_update().get(pk=pk)
         _check_open(proposal)
         proposal.dismissed_evidence = proposal.evidence_count
-        _decide(proposal, Proposal.Status.DISMISSED, user)
+        _decide(proposal, Proposal.Status.DISMISSED, user, via)
     return proposal
 
 
@@ -302,9 +317,7 @@ def _check_open(proposal: Proposal) -> None:
     """Raise AlreadyDecided, naming who decided and when, unless the proposal is open."""
     if proposal.status == Proposal.Status.OPEN:
         return
-    who = (
-        proposal.decided_by.get_username() if proposal.decided_by else "someone without an account"
-    )
+    who = _decider(proposal)
     when = proposal.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if proposal.decided_at else ""
     what = {
         Proposal.Status.APPLIED: "applied",
@@ -319,9 +332,17 @@ def _check_open(proposal: Proposal) -> None:
     )
 
 
-def _decide(proposal: Proposal, status: str, user: Any) -> None:
+def _decider(proposal: Proposal) -> str:
+    """Return who decided the proposal, as a page says it."""
+    if proposal.decided_by:
+        return proposal.decided_by.get_username()
+    return proposal.decided_via or "someone without an account"
+
+
+def _decide(proposal: Proposal, status: str, user: Any, via: str = "") -> None:
     proposal.status = status
     proposal.decided_by = user if getattr(user, "pk", None) else None
+    proposal.decided_via = via[:250]
     proposal.decided_at = proposal.updated_at = timezone.now()
     proposal.save()
 

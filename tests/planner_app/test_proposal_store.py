@@ -216,7 +216,12 @@ def test_applying_makes_one_version_that_rolls_back_like_any_edit(
     assert not CapabilityMapping.objects.filter(tool="make_uuid").exists()
     assert "make_uuid" not in {m.tool for m in ruleset_versions.current_ruleset().mappings}
     assert refresh_proposals().reopened == 1  # rolled back, and the traffic still asks for it
-    assert (the_proposal().status, the_proposal().applied_version) == ("open", None)
+    reopened = the_proposal()
+    assert (reopened.status, reopened.applied_version, reopened.decided_by) == ("open", None, None)
+    [entry] = reopened.history  # what was decided, and what undid it, stays in sight
+    assert (entry["status"], entry["by"], entry["applied_version"]) == ("applied", "alice",
+                                                                        before + 1)  # fmt: skip
+    assert entry["undone_by"] == {"version": before + 2, "change": f"rolled back to v{before}"}
 
 
 @pytest.mark.django_db

@@ -157,11 +157,12 @@ def test_applying_makes_a_rule_set_version_once(tune: httpx.Client, default_rule
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert (body["status"], body["applied_version"]) == ("applied", before + 1)
+    assert body["decided_by"].startswith("API key 'test agent' (ares_")
     assert "tally" in sum_en_keywords()
     assert f"proposal #{proposal.pk}" in RuleSetVersion.objects.get(number=before + 1).change
     again = tune.post(f"/proposals/{proposal.pk}/apply")
     assert again.status_code == 409
-    assert "already applied" in again.json()["detail"]
+    assert "already applied by API key 'test agent'" in again.json()["detail"]
     assert ruleset_versions.latest_number() == before + 1
 
 

@@ -108,6 +108,29 @@ def test_request_texts_are_escaped_everywhere(admin_client: Client, default_rule
         assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in page
 
 
+def test_a_reopened_proposal_shows_what_was_decided_and_what_undid_it(
+    admin_client: Client, default_rules: None
+) -> None:
+    proposal = make_proposal()
+    entry = {
+        "status": "applied",
+        "by": "API key 'ci' (ares_abc…)",
+        "at": "2026-12-01T10:00:00",
+        "applied_version": 7,
+        "undone_by": {"version": 9, "change": f"guard: {HOSTILE}"},
+    }
+    Proposal.objects.filter(pk=proposal.pk).update(history=[entry])  # fmt: skip
+    page = admin_client.get(f"/proposals/{proposal.pk}/").content.decode()
+    history = page[page.index('id="history"') : page.index("</div>", page.index('id="history"'))]
+    assert "Applied as v7 by API key &#x27;ci&#x27; (ares_abc…) at 2026-12-01T10:00:00" in history
+    assert "the rules are now v9 (guard: &lt;script&gt;window.__pwned" in history
+    assert "before applying it again" in history
+    assert (
+        'id="history"'
+        not in admin_client.get(f"/proposals/{make_proposal('tot').pk}/").content.decode()
+    )
+
+
 def test_an_unknown_proposal_is_a_404_page(admin_client: Client) -> None:
     answer = admin_client.get("/proposals/99999/")
     assert answer.status_code == 404
