@@ -173,7 +173,8 @@ def lock_proposals() -> None:
 def _store(candidates: list[Candidate], report: RefreshReport) -> None:
     """Upsert the candidates by key; delete the open proposals no longer made (under the lock)."""
     rules = take_snapshot()  # the rules as they are now, read under the lock
-    wanted = {c.key[:KEY_LENGTH]: c for c in candidates if not _in_rules(c, rules)}
+    saved = _saved_chains()
+    wanted = {c.key[:KEY_LENGTH]: c for c in candidates if not _in_rules(c, rules, saved)}
     stored = Proposal.objects.filter(Q(key__in=list(wanted)) | Q(status=Proposal.Status.OPEN))
     existing = {proposal.key: proposal for proposal in stored}
     for key, candidate in wanted.items():
@@ -195,8 +196,31 @@ def _store(candidates: list[Candidate], report: RefreshReport) -> None:
     report.deleted = Proposal.objects.filter(pk__in=gone).delete()[0]
 
 
-def _in_rules(candidate: Candidate, rules: dict[str, Any]) -> bool:
-    """Return whether the rules hold the change already (or it no longer fits them)."""
+def _saved_chains() -> set[tuple[str, ...]]:
+    """Return the tools of each saved workflow, in its steps' order."""
+    chains = set()
+    for definition in Workflow.objects.values_list("definition", flat=True):
+        steps = definition.get("steps") if isinstance(definition, dict) else None
+        if isinstance(steps, list):
+            chains.add(tuple(str(s.get("tool")) for s in steps if isinstance(s, dict)))
+    return chains
+
+
+def _chain_of(workflow: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(step.get("tool")) for step in workflow.get("steps", []))
+
+
+def _in_rules(
+    candidate: Candidate, rules: dict[str, Any], saved: set[tuple[str, ...]] = frozenset()
+) -> bool:
+    """Return whether the rules hold the change already (or it no longer fits them).
+
+    A workflow proposal is held already when a saved workflow runs the same tools in
+    the same order: agents still running that chain by hand need the workflow, not a
+    second copy of it.
+    """
+    if candidate.workflow is not None:
+        return _chain_of(candidate.workflow) in saved
     if not candidate.ops:
         return False
     try:

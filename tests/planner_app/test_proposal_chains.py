@@ -581,6 +581,27 @@ def test_the_store_keeps_a_workflow_proposal_that_applies_as_a_workflow_that_run
     assert hashed["result"] == sha256("20230709")  # the newest: 2023-07-04 + 5 days
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_chain_a_saved_workflow_runs_already_is_not_proposed_again(
+    default_rules: None,
+) -> None:
+    """Agents still running a saved workflow's chain by hand get no second copy of it."""
+    from planner_app.models import Proposal, Workflow
+    from planner_app.proposals.store import refresh_proposals
+
+    for date in DATES[:3]:
+        record_date_chain(date)
+    refresh_proposals()
+    definition = Proposal.objects.get(kind="workflow").workflow_definition
+    Proposal.objects.all().delete()
+    saved = Workflow.objects.create(name="dates by hand", definition=definition)
+    refresh_proposals()
+    assert not Proposal.objects.filter(kind="workflow").exists()
+    saved.delete()
+    refresh_proposals()
+    assert Proposal.objects.get(kind="workflow").key == "workflow:datetime>string_utils>hash_tool"
+
+
 def test_a_link_that_holds_in_most_traces_is_kept_and_counted(
     recorder: Recorder, registry: ToolRegistry
 ) -> None:
