@@ -11,10 +11,8 @@ concurrent callers. Aim: under 1 ms median overhead on SQLite.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from figures import percentile  # noqa: E402  (bench/ is the script's own folder)
+from figures import migrated_site, percentile  # noqa: E402  (bench/ is the script's own folder)
 
 EXPRESSIONS = ["1+1", "100*(100+1)/2", "sqrt(16)+2^10", "gcd(12,18)", "mean(1..10)"]
 
@@ -60,18 +58,9 @@ def main() -> None:
     parser.add_argument("--database-url", default="")
     args = parser.parse_args()
 
-    workdir = tempfile.mkdtemp(prefix="ares-bench-engine-")
-    os.environ["DATABASE_URL"] = args.database_url or f"sqlite:///{workdir}/bench.sqlite3"
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    os.environ["ARES_VAR_DIR"] = workdir
-    os.environ["DJANGO_SETTINGS_MODULE"] = "ares_site.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    migrated_site("engine", args.database_url)
     from django.db import connection
 
-    call_command("migrate", verbosity=0)
     from tools_app.builtins.calculator import calculator
     from tools_app.engine import CallContext
     from tools_app.site_engine import get_engine

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
@@ -14,6 +16,27 @@ def percentile(values: list[float], fraction: float) -> float:
     """Return the nearest-rank percentile of values (fraction 0.95 for p95)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def migrated_site(name: str, database_url: str = "") -> str:
+    """Set Django up on a fresh var/ folder (and SQLite there, unless `database_url`), migrated.
+
+    Returns the folder. For scripts that run the site's code in their own process.
+    """
+    workdir = tempfile.mkdtemp(prefix=f"ares-bench-{name}-")
+    os.environ.update(
+        DATABASE_URL=database_url or f"sqlite:///{workdir}/bench.sqlite3",
+        ARES_VAR_DIR=workdir,
+        DJANGO_SETTINGS_MODULE="ares_site.settings",
+    )
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return workdir
 
 
 @contextmanager

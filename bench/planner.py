@@ -13,19 +13,17 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import random
 import statistics
 import string
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from figures import percentile  # noqa: E402  (bench/ is the script's own folder)
+from figures import migrated_site, percentile  # noqa: E402  (bench/ is the script's own folder)
 
 DATA = ROOT / "tests" / "data" / "planner_requests.jsonl"
 
@@ -60,19 +58,9 @@ def main() -> None:
     parser.add_argument("--extra-rules", type=int, default=2000)
     args = parser.parse_args()
 
-    workdir = tempfile.mkdtemp(prefix="ares-bench-planner-")
-    os.environ.update(
-        DATABASE_URL=f"sqlite:///{workdir}/bench.sqlite3",
-        ARES_VAR_DIR=workdir,
-        DJANGO_SETTINGS_MODULE="ares_site.settings",
-    )
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    import django
-
-    django.setup()
+    migrated_site("planner")
     from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
     call_command("ares_demo", invocations=5000, stdout=io.StringIO())  # recorded evidence
     from planner_app.ruleset_versions import current_ruleset, record_version
     from planner_app.services import plan_request

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,6 +41,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from figures import migrated_site  # noqa: E402  (bench/ is the script's own folder)
+
 DATA = ROOT / "tests" / "data" / "planner_requests.jsonl"
 SPLITS = ("tune", "held-out", "demo")
 
@@ -75,22 +76,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--min-support", type=int, default=2)
     parser.add_argument("--verbose", action="store_true", help="list misses and wrong words")
     return parser.parse_args()
-
-
-def setup_django() -> None:
-    workdir = tempfile.mkdtemp(prefix="ares-bench-proposals-")
-    os.environ.update(
-        DATABASE_URL=f"sqlite:///{workdir}/bench.sqlite3",
-        ARES_VAR_DIR=workdir,
-        DJANGO_SETTINGS_MODULE="ares_site.settings",
-    )
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def corpus_splits() -> dict[str, list[Item]]:
@@ -294,7 +279,7 @@ def report(split: str, outcome: Outcome, verbose: bool) -> None:
 
 def main() -> None:
     args = parse_args()
-    setup_django()
+    migrated_site("proposals")
     bench = Bench(args.min_support)
     splits = ["held-out", "demo"] if args.split == "report" else [args.split]
     for split in splits:

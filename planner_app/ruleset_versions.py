@@ -34,6 +34,7 @@ from planner_app.pipeline.ruleset import (
     ScoringWeights,
     ToolProfile,
 )
+from traces_app.models.job_leases import hold_transaction_lock
 
 _lock = threading.Lock()
 _pending = threading.local()  # this thread's acting user and its transaction's version
@@ -115,21 +116,8 @@ def ruleset_from_snapshot(snapshot: dict[str, Any], version: int) -> RuleSet:
 
 
 def lock_rules() -> None:
-    """Hold the rule-set lock until the current transaction ends; writers of rules queue here.
-
-    PostgreSQL: a transaction-scoped advisory lock. SQLite locks the whole database for
-    writing: the site opens transactions IMMEDIATE (settings), which takes that lock at
-    BEGIN; the no-op write takes it for a connection opened otherwise.
-    """
-    connection = transaction.get_connection()
-    if not connection.in_atomic_block:
-        raise RuntimeError("lock_rules() needs a transaction: call it inside atomic()")
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [RULES_LOCK_KEY])
-        else:
-            table = models.RuleSetVersion._meta.db_table
-            cursor.execute(f"UPDATE {table} SET number = number WHERE 0 = 1")  # noqa: S608
+    """Hold the rule-set lock until the current transaction ends; writers of rules queue here."""
+    hold_transaction_lock(RULES_LOCK_KEY, models.RuleSetVersion._meta.db_table, "number")
 
 
 def latest_number() -> int:

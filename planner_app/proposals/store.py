@@ -32,6 +32,7 @@ from planner_app.ruleset_versions import (
     latest_number,
     take_snapshot,
 )
+from traces_app.models.job_leases import hold_transaction_lock
 
 logger = logging.getLogger(__name__)
 
@@ -154,20 +155,8 @@ def _miners() -> dict[str, Miner]:
 
 
 def lock_proposals() -> None:
-    """Hold the proposals' lock until the current transaction ends (like lock_rules).
-
-    SQLite's IMMEDIATE transactions hold the database's write lock from BEGIN already;
-    the no-op write takes it for a connection opened otherwise.
-    """
-    connection = transaction.get_connection()
-    if not connection.in_atomic_block:
-        raise RuntimeError("lock_proposals() needs a transaction: call it inside atomic()")
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PROPOSALS_LOCK_KEY])
-        else:
-            table = Proposal._meta.db_table
-            cursor.execute(f"UPDATE {table} SET id = id WHERE 0 = 1")  # noqa: S608
+    """Hold the proposals' lock until the current transaction ends (like lock_rules)."""
+    hold_transaction_lock(PROPOSALS_LOCK_KEY, Proposal._meta.db_table, "id")
 
 
 def _store(candidates: list[Candidate], report: RefreshReport) -> None:

@@ -1,10 +1,11 @@
-"""Job leases as stored: which process runs each periodic job in its current period."""
+"""Job leases as stored (which process runs each periodic job in its current period), and
+the transaction-scoped locks writers of one thing queue on."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -57,3 +58,20 @@ class JobLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job}: {self.holder or 'never taken'}"
+
+
+def hold_transaction_lock(key: int, table: str, column: str) -> None:
+    """Hold a lock named `key` until the current transaction ends; its writers queue here.
+
+    PostgreSQL: a transaction-scoped advisory lock. SQLite locks the whole database for
+    writing: the site opens transactions IMMEDIATE (settings), which takes that lock at
+    BEGIN; a no-op write to `table` takes it for a connection opened otherwise.
+    """
+    connection = transaction.get_connection()
+    if not connection.in_atomic_block:
+        raise RuntimeError("a transaction lock needs a transaction: take it inside atomic()")
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+        else:
+            cursor.execute(f"UPDATE {table} SET {column} = {column} WHERE 0 = 1")  # noqa: S608
