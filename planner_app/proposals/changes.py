@@ -85,8 +85,17 @@ def _add_words(snapshot: dict[str, Any], op: dict[str, Any]) -> None:
 
 
 def _new_rule(snapshot: dict[str, Any], op: dict[str, Any]) -> None:
-    if any(rule["name"] == op["name"] for rule in snapshot["rules"]):
-        raise ChangeError(f"a rule named {op['name']!r} exists already")
+    """Add the rule; one of that name for the same capabilities (a proposal applied before
+    for another word) gets the words instead."""
+    existing = next((rule for rule in snapshot["rules"] if rule["name"] == op["name"]), None)
+    if existing is not None:
+        if sorted(existing["capabilities"]) != sorted(op["capabilities"]):
+            raise ChangeError(
+                f"a rule named {op['name']!r} exists already, for "
+                f"{', '.join(existing['capabilities']) or 'no capability'}"
+            )
+        _add_words(snapshot, {**op, "rule": op["name"]})
+        return
     for capability in op["capabilities"]:
         _capability(snapshot, capability)
     snapshot["rules"].append(
