@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ from planner_app.demo_tools import register_demo_tools
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.planner_app.fake_llm import FakeLlm
 from tools_app import site_engine
+from tools_app.models import McpServer
 from tools_app.specs import ToolSpec
 
 
@@ -122,3 +124,15 @@ def demo_server(settings: Any, default_rules: None) -> Iterator[None]:
     ruleset_versions._cache.update(ruleset=None, stamp=None, checked_at=0.0)
     yield
     site_engine.shutdown()  # stop the server's session: the next test's database has no row
+
+
+@pytest.fixture
+def time_server(settings: Any) -> Iterator[None]:
+    """The real mcp-server-time, a stdio child of the site's engine, mapped to nothing."""
+    settings.ARES_TOOL_SETTINGS_CHECK_S = 0
+    McpServer.objects.create(
+        name="time", command=sys.executable,
+        args=["-m", "mcp_server_time", "--local-timezone", "UTC"],
+    )  # fmt: skip
+    yield
+    site_engine.shutdown()

@@ -38,7 +38,6 @@ from planner_app.services import plan_request
 from tests.conftest import ROOT, make_span, subprocess_env
 from tests.planner_app.conftest import in_site_registry
 from tests.planner_app.fake_llm import FakeLlm, call, say
-from tools_app.models import McpServer
 from tools_app.specs import ToolSpec
 from traces_app.ingest.recording import record_invocation
 
@@ -435,19 +434,6 @@ def test_the_periodic_job_refreshes_the_proposals(
 
 
 # The worked test: a real MCP server -------------------------------------------------------
-
-
-@pytest.fixture
-def time_server(settings: Any) -> Iterator[None]:
-    from tools_app import site_engine
-
-    settings.ARES_TOOL_SETTINGS_CHECK_S = 0
-    McpServer.objects.create(
-        name="time", command=sys.executable,
-        args=["-m", "mcp_server_time", "--local-timezone", "UTC"],
-    )  # fmt: skip
-    yield
-    site_engine.shutdown()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -9,8 +9,7 @@ requests it newly plans, Apply makes the planner plan them, and rolling back und
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -31,8 +30,6 @@ from tests.planner_app.proposals_worked import (
     site_lacks_the_words,
 )
 from tests.planner_app.test_proposal_chains import record_date_chain
-from tools_app import site_engine
-from tools_app.models import McpServer
 
 pytestmark = pytest.mark.browser
 
@@ -166,18 +163,6 @@ def test_request_texts_stay_text_in_the_browser(
     assert page.locator("#backtest-newly_planned td.request").inner_text() == HOSTILE
     assert page.locator("main script, main img").count() == 0
     assert_stayed_local(page, live_server)
-
-
-@pytest.fixture
-def time_server(settings: Any) -> Iterator[None]:
-    """The real mcp-server-time, a stdio child of the site's engine, mapped to nothing."""
-    settings.ARES_TOOL_SETTINGS_CHECK_S = 0
-    McpServer.objects.create(
-        name="time", command=sys.executable,
-        args=["-m", "mcp_server_time", "--local-timezone", "UTC"],
-    )  # fmt: skip
-    yield
-    site_engine.shutdown()
 
 
 def test_an_mcp_tool_serving_a_capability_unmapped_is_mapped_from_the_page(
