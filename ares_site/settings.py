@@ -181,6 +181,16 @@ ARES_PERIODIC_JOBS: dict[str, tuple[str, float]] = {
         "planner_app.tasks.refresh_proposals_task",
         env_float("ARES_PROPOSALS_EVERY_S", 600.0, minimum=0.5),
     ),
+    # Monitors (planner_app/monitors): evaluate each one, then send what is due; the
+    # delivery job retries failed sends with backoff between evaluations.
+    "evaluate-monitors": (
+        "planner_app.tasks.evaluate_monitors_task",
+        env_float("ARES_MONITORS_EVERY_S", 60.0, minimum=0.5),
+    ),
+    "deliver-notifications": (
+        "planner_app.tasks.deliver_notifications_task",
+        env_float("ARES_NOTIFY_EVERY_S", 10.0, minimum=0.5),
+    ),
     # Does nothing while ARES_PLANNER_GUARD is off (planner_app/rules_guard.py).
     "guard-rule-versions": (
         "planner_app.tasks.guard_rule_versions_task",

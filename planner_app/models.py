@@ -432,3 +432,19 @@ class SandboxStop(models.Model):
 
     def __str__(self) -> str:
         return f"stop {self.trace_id}"
+
+
+# Monitors and their notifications live in a package of their own (planner_app/monitors).
+from planner_app.monitors.records import (  # noqa: E402
+    Delivery,
+    DeliveryAttempt,
+    Monitor,
+    MonitorEvent,
+    NotificationChannel,
+)
+
+__all__ = [
+    "Agent", "Capability", "CapabilityMapping", "Delivery", "DeliveryAttempt", "IntentRule",
+    "Monitor", "MonitorEvent", "NotificationChannel", "Proposal", "RuleSetVersion",
+    "SandboxStop", "ScoreRule", "ScoringWeights", "ToolProfile", "Workflow", "WorkflowRun",
+]  # fmt: skip

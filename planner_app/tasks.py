@@ -31,6 +31,22 @@ def guard_rule_versions_task() -> str:
 
 
 @shared_task
+def evaluate_monitors_task() -> str:
+    """Evaluate every enabled monitor (the periodic job evaluate-monitors)."""
+    from planner_app.monitors.evaluation import evaluate_monitors
+
+    return str(evaluate_monitors())
+
+
+@shared_task
+def deliver_notifications_task() -> int:
+    """Send the notifications that are due, retries included (deliver-notifications)."""
+    from planner_app.monitors.notify.delivery import deliver_due
+
+    return deliver_due()
+
+
+@shared_task
 def run_workflow_task(run_pk: int) -> None:
     """Run a saved workflow (long ones belong on a worker); progress is saved on the run."""
     execute_run(run_pk)

@@ -53,7 +53,7 @@ NAMING_PAGES = (*PAGES, "bench/README.md")
 SETUPS = ROOT / "tests" / "otlp_libraries" / "setups"
 DOCS_URL = "http://127.0.0.1:8000"  # where the docs say the site is
 KEY_PLACEHOLDERS = ("$ARES_KEY", "ares_...")
-ALL_SCOPES = ("report", "read", "plan", "execute", "chat", "score", "tune")
+ALL_SCOPES = ("report", "read", "plan", "execute", "chat", "score", "tune", "monitor")
 LANGUAGE_KINDS = {"sh": "shell", "python": "python", "toml": "ares-toml", "text": "diagram"}
 # Management commands quick enough on an empty test database to run as the docs give them.
 RUNNABLE_COMMANDS = {"create_api_key", "check_rollups"}

@@ -17,6 +17,7 @@ from traces_app.models.trace_records import (
     ChosenBy,
     Dialect,
     Invocation,
+    ResultReduction,
     SpanKind,
     SpanStatus,
     Trace,
@@ -26,8 +27,8 @@ from traces_app.models.trace_records import (
 
 __all__ = [
     "CALLER_FAULTS", "SCOPES", "SCORE_NAME_PATTERN", "ApiKey", "ChosenBy", "Dialect",
-    "FailureSpiral", "Invocation", "JobLease", "OtlpProducer", "PurgeHorizon", "RollupMark",
-    "Score", "ScoreDefinition", "ScoreSource", "ScoreType", "SpanKind", "SpanRollup",
+    "FailureSpiral", "Invocation", "JobLease", "OtlpProducer", "PurgeHorizon", "ResultReduction",
+    "RollupMark", "Score", "ScoreDefinition", "ScoreSource", "ScoreType", "SpanKind", "SpanRollup",
     "SpanStatus", "SpiralKind", "SpiralResolution", "ToolRollup", "Trace", "TraceStatus",
     "caller_fault_q", "hash_api_key",
 ]  # fmt: skip

@@ -20,6 +20,7 @@ SCOPES = {
     "chat": "Chat with agents",
     "score": "Send scores of calls and traces (POST /api/v1/scores)",
     "tune": "Read the planner's proposals and apply or dismiss them (/api/v1/proposals)",
+    "monitor": "Read and edit monitors, channels and alerts (/api/v1/monitors, /api/v1/channels)",
 }
 
 KEY_PREFIX = "ares_"

@@ -50,6 +50,14 @@ class SpanStatus(models.TextChoices):
 CALLER_FAULTS = frozenset({"invalid_arguments", "permission_denied", "disabled", "cancelled"})
 
 
+class ResultReduction(models.TextChoices):
+    """What the token budget did to a tool output that did not fit (agents/token_budget.py)."""
+
+    TRUNCATED = "truncated", "Truncated (text kept its head)"
+    COMPRESSED = "compressed", "Compressed (a list kept its top items)"
+    OMITTED = "omitted", "Left out (the budget was spent)"
+
+
 class TraceStatus(models.TextChoices):
     OK = "ok", "OK"
     ERROR = "error", "Has failures"
@@ -244,6 +252,8 @@ class Trace(models.Model):
             models.Index(fields=["started_at"], name="trace_started"),
             models.Index(fields=["agent", "started_at"], name="trace_agent_started"),
             models.Index(fields=["status", "started_at"], name="trace_status_started"),
+            # Sessions: the list groups by it, a session page reads its traces in order.
+            models.Index(fields=["session_id", "started_at"], name="trace_session_started"),
         ]
 
     def __str__(self) -> str:
@@ -468,6 +478,19 @@ class Invocation(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     result_tokens = models.PositiveIntegerField(
         default=0, help_text="Tokens of the tool output fed back to the model"
+    )
+    # What the token budget did to the output before the model saw it (database defaults:
+    # the bulk insert need not name them).
+    result_reduction = models.CharField(
+        max_length=16,
+        choices=ResultReduction.choices,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="How the token budget cut the output fed back; blank: it was not cut",
+    )
+    result_tokens_dropped = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Tokens of the tool output the token budget left out"
     )
     cost_usd = models.FloatField(default=0.0)
     attempt = models.PositiveIntegerField(default=1)
