@@ -212,6 +212,24 @@ CELERY_BEAT_SCHEDULE = {
 # The schedule is kept in memory: the leases in the database say when each job last ran.
 CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 
+# Notifications of monitors (planner_app/monitors/notify). Webhooks to loopback and private
+# networks are refused unless ARES_NOTIFY_ALLOW_PRIVATE (tests, a receiver on the LAN).
+ARES_NOTIFY_ALLOW_PRIVATE = env_bool("ARES_NOTIFY_ALLOW_PRIVATE", False)
+ARES_NOTIFY_MAX_ATTEMPTS = env_int("ARES_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
+ARES_NOTIFY_TIMEOUT_S = env_float("ARES_NOTIFY_TIMEOUT_S", 10.0, minimum=0.5)
+# The console's address as operators reach it: the links in notifications start with it.
+ARES_SITE_URL = env_str("ARES_SITE_URL", "http://localhost:8000")
+# Email notifications go through Django's email settings.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0, minimum=0.5)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "ares-console@localhost")
+
 # Ingest limits. The body limit applies after gzip decompression too.
 ARES_INGEST_MAX_BODY_BYTES = env_int("ARES_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
 ARES_INGEST_MAX_ITEMS = env_int("ARES_INGEST_MAX_ITEMS", 1000, minimum=1)

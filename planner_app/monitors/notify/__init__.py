@@ -1,0 +1,1 @@
+"""Notifications of monitor events: bodies, signing, senders and the delivery queue."""
