@@ -145,6 +145,8 @@ class LoopServices:
     record: Callable[[list[dict[str, Any]]], None]
     spiral_rule: SpiralRule = SpiralRule()
     spiral_resolved: Callable[[str], None] = lambda trace_id: None
+    # (trace id, span id, how the budget cut its output, tokens dropped): onto the tool span.
+    record_reduction: Callable[[str, str, str, int], None] = lambda *cut: None
     # Active discovery: (what the tool should do, which server) -> the tools found.
     discover: Callable[[str, str], Discovered] | None = None
 
@@ -539,7 +541,12 @@ class _Task(TaskRecords):
         ]
         if notes:
             result = dataclasses.replace(result, text="\n".join([result.text, *notes]))
-        text, cut = self.budget.fit(result)
+        fitted = self.budget.fit(result)
+        text, cut = fitted.text, fitted.cut
+        if cut and (span_ids := result.metadata.get("span_ids")):
+            self.services.record_reduction(
+                self.trace_id, span_ids[-1], fitted.reduction, fitted.tokens_dropped
+            )
         self.history.append(
             Message("tool", text, tool_call_id=turn.call.id, name=turn.call.name,
                     is_error=not result.success)

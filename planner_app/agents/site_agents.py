@@ -21,6 +21,7 @@ from planner_app.agents.loop_events import LoopEvent
 from planner_app.models import Agent
 from tools_app.site_engine import get_engine
 from traces_app.ingest.recording import record_invocations
+from traces_app.models import Invocation
 from traces_app.schemas import InvocationFromDict
 from traces_app.spirals.detection import CallView
 from traces_app.spirals.scanning import (
@@ -104,6 +105,7 @@ def site_services() -> LoopServices:
         record=record_spans,
         spiral_rule=spiral_rule(),
         spiral_resolved=_settle_spirals,
+        record_reduction=record_reduction,
         discover=discover_tools,
     )
 
@@ -138,6 +140,13 @@ def run_agent(
 def record_spans(spans: list[dict[str, Any]]) -> None:
     """Store the loop's llm and agent spans through traces_app's one write path."""
     record_invocations([InvocationFromDict.model_validate(span) for span in spans])
+
+
+def record_reduction(trace_id: str, span_id: str, reduction: str, tokens_dropped: int) -> None:
+    """Record on a tool span how the token budget cut its output and the tokens it dropped."""
+    Invocation.objects.filter(trace_id=trace_id, span_id=span_id).update(
+        result_reduction=reduction, result_tokens_dropped=tokens_dropped
+    )
 
 
 def trace_calls(trace_id: str) -> list[CallView]:

@@ -5,10 +5,13 @@ of it (30 % of 8,000 tokens by default), one output at most `per_output_max`, an
 a call's prompt and answer reach 90 % of it, the next call is the last, without tools.
 An output that does not fit is reduced, never silently cut: a list of results keeps its
 top items, text keeps its head, and either way a marker says what was left out.
+`fit` says how it cut (truncated, compressed or omitted: traces_app.models.ResultReduction)
+and how many tokens it dropped, so the tool's span can record it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +20,26 @@ from tools_app.specs import ToolResult
 
 TOP_ITEMS = 3
 MIN_USEFUL_TOKENS = 30  # below this, a cut output says nothing: leave it out, say so
+
+# How an output was cut: the values of traces_app.models.ResultReduction.
+TRUNCATED, COMPRESSED, OMITTED = "truncated", "compressed", "omitted"
+
+
+@dataclass(frozen=True)
+class FittedOutput:
+    """A tool output as it goes back to the model, and what the budget did to it."""
+
+    text: str
+    reduction: str = ""  # "" when it fit, else TRUNCATED, COMPRESSED or OMITTED
+    tokens_dropped: int = 0  # the output's tokens minus the tokens sent back
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.reduction)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpack as (text, cut), as fit returned before it said how it cut."""
+        return iter((self.text, self.cut))
 
 
 @dataclass
@@ -43,24 +66,30 @@ class TokenBudget:
     def record_call(self, input_tokens: int, output_tokens: int) -> None:
         self.context_tokens = input_tokens + output_tokens
 
-    def fit(self, result: ToolResult) -> tuple[str, bool]:
-        """Return the result's text as it may go back to the model, and whether it was cut."""
+    def fit(self, result: ToolResult) -> FittedOutput:
+        """Return the result's text as it may go back to the model, and how it was cut."""
         text, allowance = result.text, self.allowance()
         tokens = estimate_tokens(text)
-        if tokens > allowance:
-            if allowance < MIN_USEFUL_TOKENS:
-                text = (
-                    f"[{result.tool} output left out: this task's tool-output budget of "
-                    f"{self.tool_cap} tokens is spent ({tokens} tokens not shown)]"
-                )
-            else:
-                text = _reduced(result, allowance)
+        if tokens <= allowance:
+            self.tool_tokens += tokens
+            return FittedOutput(text)
+        if allowance < MIN_USEFUL_TOKENS:
+            text = (
+                f"[{result.tool} output left out: this task's tool-output budget of "
+                f"{self.tool_cap} tokens is spent ({tokens} tokens not shown)]"
+            )
+            fitted = FittedOutput(text, OMITTED, tokens)
+        else:
+            text, reduction = _reduced(result, allowance)
+            if text == result.text:  # within the characters allowed after all
+                reduction = ""
+            fitted = FittedOutput(text, reduction, max(0, tokens - estimate_tokens(text)))
         self.tool_tokens += estimate_tokens(text)
-        return text, text != result.text
+        return fitted
 
 
-def _reduced(result: ToolResult, allowance: int) -> str:
-    """Return the result within `allowance` tokens: top items of a list, else the head."""
+def _reduced(result: ToolResult, allowance: int) -> tuple[str, str]:
+    """Return the result within `allowance` tokens (top items of a list, else the head), and how."""
     items_key, items = _result_list(result.data) if result.success else (None, None)
     if items is not None and len(items) > TOP_ITEMS:
         marker = f" [reduced to the top {TOP_ITEMS} of {len(items)} results for the token budget]"
@@ -70,8 +99,9 @@ def _reduced(result: ToolResult, allowance: int) -> str:
             else {**result.data, items_key: items[:TOP_ITEMS]}
         )
         room = allowance - estimate_tokens(marker)
-        return truncate(format_result(result.tool, data, max_tokens=room), room) + marker
-    return truncate(result.text, allowance)
+        text = truncate(format_result(result.tool, data, max_tokens=room), room) + marker
+        return text, COMPRESSED
+    return truncate(result.text, allowance), TRUNCATED
 
 
 def _result_list(data: Any) -> tuple[str | None, list | None]:
