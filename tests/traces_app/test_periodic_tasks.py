@@ -261,6 +261,16 @@ def _session_processes(session: int) -> list[tuple[int, str]]:
     return found
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """Let Ctrl-C stop make and what it starts, as in a terminal.
+
+    A shell starts background jobs with SIGINT ignored, and an ignored signal stays
+    ignored across exec: under a CI script that runs the test suite in the background,
+    runserver would never see the Ctrl-C this test sends.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextmanager
 def make_run(port: int, log_path: Path, var_dir: Path) -> Iterator[subprocess.Popen]:
     """Run `make run` (its install step taken as done) on the test database, in its own session."""
@@ -269,6 +279,7 @@ def make_run(port: int, log_path: Path, var_dir: Path) -> Iterator[subprocess.Po
         make = subprocess.Popen(
             ["make", "-o", ".venv/.installed", "run", f"PORT={port}"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_ctrl_c_as_in_a_terminal,
         )  # fmt: skip
         try:
             yield make
