@@ -17,13 +17,16 @@ from ninja.responses import NinjaJSONEncoder
 
 from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
+from planner_app.monitors.monitor_api import router as monitors_router
 from planner_app.proposals.proposal_api import router as proposals_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
+from traces_app.chain_api import router as chains_router
 from traces_app.http.bodies import JsonBodyParser, read_json_body
 from traces_app.http.errors import document_errors, refuse_unknown_query
 from traces_app.schemas import MAX_LISTED_ERRORS, FieldError, listed
 from traces_app.scores.score_api import router as scores_router
+from traces_app.session_api import router as sessions_router
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +75,9 @@ api.add_router("/", tools_router)
 api.add_router("/", planner_router)
 api.add_router("/", proposals_router)
 api.add_router("/", scores_router)
+api.add_router("/", monitors_router)
+api.add_router("/", sessions_router)
+api.add_router("/", chains_router)
 
 
 @api.exception_handler(AuthenticationError)

@@ -10,7 +10,9 @@ from ares_site import views
 from ares_site.api import api
 from planner_app import tool_pages, version_pages
 from planner_app import views as planner_views
+from planner_app.monitors import monitor_views
 from planner_app.proposals import proposal_views
+from traces_app import chain_views, session_views
 from traces_app import views as traces_views
 from traces_app.ingest import otlp_endpoint
 from traces_app.scores import score_views
@@ -33,6 +35,8 @@ urlpatterns = [
     path("planner/try", planner_views.try_planner, name="planner-try"),
     path("planner/backtest", planner_views.backtest_rules, name="planner-backtest"),
     path("planner/versions/<int:number>/", version_pages.version_page, name="planner-version"),
+    path("monitors/", monitor_views.monitors, name="monitors"),
+    path("monitors/<int:pk>/", monitor_views.monitor_detail, name="monitor-detail"),
     path("proposals/", proposal_views.proposals, name="proposals"),
     path("proposals/refresh", proposal_views.proposals_refresh, name="proposals-refresh"),
     path("proposals/<int:pk>/", proposal_views.proposal_detail, name="proposal-detail"),
@@ -44,6 +48,9 @@ urlpatterns = [
     path("scores/new", score_views.add_score, name="score-add"),
     path("traces/", traces_views.traces, name="traces"),
     path("traces/<str:trace_id>/", traces_views.trace_detail, name="trace-detail"),
+    path("sessions/", session_views.session_list, name="sessions"),
+    path("sessions/<path:session_id>/", session_views.session_detail, name="session-detail"),
+    path("chains/", chain_views.chains_page, name="chains"),
     path("spirals/", traces_views.spirals, name="spirals"),
     path("spirals/<int:pk>/", traces_views.spiral_detail, name="spiral-detail"),
     # <path:...>: tool names hold dots (mcp.time.get_current_time), and outside agents may

@@ -90,6 +90,14 @@ class InvocationIn(Schema):
     input_tokens: int = Field(default=0, ge=0, le=2**31 - 1)
     output_tokens: int = Field(default=0, ge=0, le=2**31 - 1)
     result_tokens: int = Field(default=0, ge=0, le=2**31 - 1)
+    result_reduction: Literal["", "truncated", "compressed", "omitted"] = Field(
+        default="",
+        description="What the agent's token budget did to the tool output before the model "
+        "saw it: truncated (kept its head), compressed (kept a list's top items), omitted",
+    )
+    result_tokens_dropped: int = Field(
+        default=0, ge=0, le=2**31 - 1, description="The output's tokens the budget cut away"
+    )
     cost_usd: float = Field(default=0.0, ge=0, le=1e6)
     attempt: int = Field(default=1, ge=1, le=10_000)
     coercions: list[str] = Field(
@@ -144,6 +152,13 @@ class InvocationIn(Schema):
     def _error_kind(cls, value: str, info: ValidationInfo) -> str:
         if value and info.data.get("status") == "ok":
             raise ValueError("error_kind is set but status is 'ok'")
+        return value
+
+    @field_validator("result_tokens_dropped")
+    @classmethod
+    def _tokens_dropped(cls, value: int, info: ValidationInfo) -> int:
+        if value and not info.data.get("result_reduction"):
+            raise ValueError("result_tokens_dropped is set but result_reduction is empty")
         return value
 
     @model_validator(mode="after")
@@ -318,6 +333,8 @@ class InvocationOut(Schema):
     input_tokens: int
     output_tokens: int
     result_tokens: int
+    result_reduction: str
+    result_tokens_dropped: int
     cost_usd: float
     attempt: int
     coercions: list[str]

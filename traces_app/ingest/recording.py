@@ -206,6 +206,8 @@ def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:
         "input_tokens": item.input_tokens,
         "output_tokens": item.output_tokens,
         "result_tokens": item.result_tokens,
+        "result_reduction": item.result_reduction,
+        "result_tokens_dropped": item.result_tokens_dropped,
         "cost_usd": item.cost_usd,
         "attempt": item.attempt,
         "coercions": [bound_text(redact_text(text), 200) for text in item.coercions],
