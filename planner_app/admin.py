@@ -550,5 +550,6 @@ class ScoreRuleAdmin(VersionedAdmin):
     list_filter = ["enabled", "score_name"]
 
 
-# Proposals (planner_app/proposals/): registered there, with their actions.
+# Monitors and proposals (planner_app/monitors/, proposals/): registered there, with actions.
+from planner_app.monitors import monitor_admin  # noqa: E402, F401
 from planner_app.proposals import proposal_admin  # noqa: E402, F401
