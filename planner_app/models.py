@@ -12,6 +12,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils import timezone
 
+from planner_app.agents.recall import RECALL_TOOL
 from planner_app.pipeline.ruleset import ScoreRule as ScoreRuleData
 from tools_app.models import unknown_tool_problem
 
@@ -409,7 +410,9 @@ class Agent(models.Model):
 
     def clean(self) -> None:
         if isinstance(self.tools, list):
-            problems = [p for p in map(unknown_tool_problem, self.tools) if p]
+            # recall is the agent loop's own tool (agents/recall.py), in no tool registry.
+            names = [name for name in self.tools if name != RECALL_TOOL]
+            problems = [p for p in map(unknown_tool_problem, names) if p]
             if problems:
                 raise ValidationError({"tools": problems})
 

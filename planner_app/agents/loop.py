@@ -19,7 +19,9 @@ runs the same in a web request, a Celery task or a test. What can go wrong is ca
   offered) is recorded as a span that never ran (kind other, cancelled, ran_on none);
 - a tool with side effects that already ran with the same arguments is not run again
   (replay_guard.py);
-- tool output fed back is held to a token budget (see token_budget.py);
+- tool output fed back is held to a token budget (see token_budget.py); an agent allowed
+  the built-in `recall` (recall.py) is told a cut output can be fetched again by its call
+  id, and the loop answers recall itself from the trace store (the session's own results);
 - at the iteration limit (or a spent budget) one last call without tools asks for an
   answer from what the model has;
 - a caller's stop signal (a threading.Event) ends the task (finish_reason cancelled):
@@ -77,6 +79,16 @@ from planner_app.agents.loop_events import (
     ToolStarted,
 )
 from planner_app.agents.planner_fallback import PlannerFallback
+from planner_app.agents.recall import (
+    RECALL_TOOL,
+    RecallScope,
+    RecallStore,
+    recall_hint,
+    recall_span_fields,
+    recall_spec,
+    refused_recall,
+    run_recall,
+)
 from planner_app.agents.replay_guard import ReplayGuard
 from planner_app.agents.spiral_breaker import SpiralBreaker
 from planner_app.agents.stopping import (
@@ -149,6 +161,8 @@ class LoopServices:
     record_reduction: Callable[[str, str, str, int], None] = lambda *cut: None
     # Active discovery: (what the tool should do, which server) -> the tools found.
     discover: Callable[[str, str], Discovered] | None = None
+    # The trace store's earlier results, for the built-in recall tool (recall.py).
+    recall: RecallStore | None = None
 
 
 @dataclass
@@ -224,6 +238,8 @@ class _Task(TaskRecords):
         self.breaker = SpiralBreaker(services.read_calls, services.spiral_rule, trace_id)
         self.planner = PlannerFallback(services.fallback, services.plan_without)
         self.replays = ReplayGuard()
+        self.recall_scope = RecallScope(agent.name, session_id, trace_id)
+        self.can_recall = services.recall is not None and RECALL_TOOL in agent.tools
         self.spirals_broken: list[tuple[str, Any]] = []  # (why, the planner's outcome)
         self.discovery: ToolDiscovery | None = None  # set in active discovery mode
         self.llm_calls = 0
@@ -361,6 +377,8 @@ class _Task(TaskRecords):
         if not self.agent.tool_calling or not self.agent.tools:
             return []
         allowed = self.engine.registry.list(names=self.agent.tools)
+        if self.can_recall and self.agent.discovery != "active":
+            allowed = [*allowed, recall_spec()]
         self.passive_per_call = _schema_tokens(allowed)
         if self.agent.discovery != "active":
             return allowed
@@ -458,6 +476,8 @@ class _Task(TaskRecords):
 
     def _prepare(self, call: ToolCall) -> _Turn:
         """Return the call's turn: to run, for the planner, or refused without running."""
+        if call.name == RECALL_TOOL and self.services.recall is not None:
+            return self._recall(call)
         if call.name not in self.engine.registry:
             # With no tools allowed there is nothing to plan with: the engine says not_found.
             return _Turn(call, None, path=PATH_PLANNER if self.agent.tools else PATH_LLM)
@@ -470,6 +490,22 @@ class _Task(TaskRecords):
         if turn.result is not None:
             turn.ran = False
         return turn
+
+    def _recall(self, call: ToolCall) -> _Turn:
+        """Answer a recall call from the trace store (recall.py), and record it as a tool span."""
+        started_at, clock = datetime.now(UTC), time.perf_counter()
+        self.emit(ToolStarted(call.id, RECALL_TOOL, call.arguments, PATH_LLM))
+        if self.can_recall:
+            allowance = self.budget.allowance()
+            result = run_recall(self.services.recall, self.recall_scope, call, allowance)
+        else:
+            result = refused_recall(call, self.agent.name)
+        latency_ms = (time.perf_counter() - clock) * 1000
+        span = self.span("tool", started_at, latency_ms)
+        span.update(recall_span_fields(call, result))
+        self.store([span])
+        result.metadata.update(latency_ms=latency_ms, span_ids=[span["span_id"]])
+        return _Turn(call, recall_spec(), result)
 
     # The planner standing in (planner_fallback.py) ---------------------------------------
 
@@ -543,6 +579,10 @@ class _Task(TaskRecords):
             result = dataclasses.replace(result, text="\n".join([result.text, *notes]))
         fitted = self.budget.fit(result)
         text, cut = fitted.text, fitted.cut
+        if cut and self.can_recall and turn.call.id and turn.call.name != RECALL_TOOL:
+            hint = recall_hint(turn.call.id)  # the full output is in the trace store
+            text = f"{text}\n{hint}"
+            self.budget.tool_tokens += estimate_tokens(hint)
         if cut and (span_ids := result.metadata.get("span_ids")):
             self.services.record_reduction(
                 self.trace_id, span_ids[-1], fitted.reduction, fitted.tokens_dropped

@@ -18,6 +18,7 @@ from planner_app import bridge
 from planner_app.agents.llm.messages import ChatModel, LlmNotConfigured, Message
 from planner_app.agents.loop import AgentSpec, LoopResult, LoopServices, run_agent_loop
 from planner_app.agents.loop_events import LoopEvent
+from planner_app.agents.session_results import SessionResults
 from planner_app.models import Agent
 from tools_app.site_engine import get_engine
 from traces_app.ingest.recording import record_invocations
@@ -107,6 +108,7 @@ def site_services() -> LoopServices:
         spiral_resolved=_settle_spirals,
         record_reduction=record_reduction,
         discover=discover_tools,
+        recall=SessionResults(),
     )
 
 
