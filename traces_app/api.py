@@ -154,6 +154,9 @@ MAX_MATCHED_TOOLS = 50
 
 
 class TraceFilter(TimeFilter):
+    session: Annotated[str | None, FilterLookup("session_id")] = Field(
+        None, description="The traces (turns) of this session id, exactly"
+    )
     q: str | None = Field(
         None,
         description="Text (any case) in the request, or in a span's error message, tool name "

@@ -28,6 +28,7 @@ class TraceFilterForm(forms.Form):
     status = forms.ChoiceField(choices=ANY + TraceStatus.choices, required=False)
     chosen_by = forms.ChoiceField(choices=ANY + ChosenBy.choices, required=False, label="Who chose")
     q = forms.CharField(max_length=200, required=False, label="Search")
+    session = forms.CharField(max_length=200, required=False, label="Session")
     score = forms.RegexField(
         regex=SCORE_FILTER_PATTERN,
         required=False,

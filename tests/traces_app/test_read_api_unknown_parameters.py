@@ -15,7 +15,11 @@ from ares_site.api import api
 from traces_app.models import SCOPES
 
 # A value for each path parameter of a read endpoint.
-PATH_VALUES = {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "proposal_id": "1"}
+PATH_VALUES = {
+    "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+    "proposal_id": "1",
+    "session_id": "s-1",
+}
 READ_ENDPOINTS = [
     (path.removeprefix("/api/v1"), operation)
     for path, methods in api.get_openapi_schema()["paths"].items()

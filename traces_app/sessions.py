@@ -1,0 +1,421 @@
+"""Sessions: the conversations an agent's traces make up (Trace.session_id), listed and read.
+
+A session is every trace that shares a session id; each trace is one turn. The list
+groups the traces of a time range by session in one query (index trace_session_started),
+then reads the tools and spirals of the page's sessions in one query each: no query per
+session. A session page reads its turns a page at a time, oldest first, and for those
+turns their requests and answers, tool calls, spirals and scores, one query each.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import groupby
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+
+from traces_app.http.paging import BadCursor, SortKey, keyset_page
+from traces_app.models import (
+    FailureSpiral,
+    Invocation,
+    Score,
+    SpanKind,
+    SpanStatus,
+    Trace,
+    TraceStatus,
+)
+from traces_app.timeline import llm_exchange
+
+# The orders a session list can take: (the aggregate it sorts on, how its cursor reads, label).
+SESSION_SORTS: dict[str, tuple[str, str, str]] = {
+    "-last": ("last_at", "moment", "latest activity first"),
+    "-first": ("first_at", "moment", "newest start first"),
+    "-turns": ("turns", "number", "most turns first"),
+    "-tokens": ("tokens", "number", "most tokens first"),
+    "-cost": ("sum_cost", "number", "most expensive first"),
+    "-errors": ("errors", "number", "most failed turns first"),
+}
+DEFAULT_SORT = "-last"
+# A session page shows at most this many turns at a time; its tool calls, at most this many.
+TURNS_PER_PAGE = 100
+MAX_TOOL_CALLS = 5000
+TOOLS_PER_ROW = 8
+
+
+@dataclass(frozen=True)
+class SessionFilters:
+    """What a session list keeps: traces started in [since, until), of an agent, id text."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    agent: str = ""
+    q: str = ""  # text (any case) in the session id
+    sort: str = DEFAULT_SORT
+
+
+@dataclass
+class SessionRow:
+    """One session of a list: its totals over the traces the filters keep."""
+
+    session_id: str
+    agent: str
+    agents: int
+    turns: int
+    first_at: datetime
+    last_at: datetime
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    failed_calls: int
+    errors: int  # turns with a failed span
+    tool_calls: int
+    tools: list[str] = field(default_factory=list)
+    spirals: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def shown_tools(self) -> list[str]:
+        return self.tools[:TOOLS_PER_ROW]
+
+    @property
+    def more_tools(self) -> int:
+        return max(len(self.tools) - TOOLS_PER_ROW, 0)
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    rows: list[SessionRow]
+    next_cursor: str | None
+
+
+# What a session sums of its traces: {the name it is known by: (the aggregate's alias, it)}.
+# Aliases differ from the traces' own field names, which an aggregate may not reuse.
+def _session_totals() -> dict[str, Any]:
+    """Return the aggregates of a session's traces, under their aliases."""
+    return {
+        "agent_name": Max("agent"),
+        "agent_count": Count("agent", distinct=True),
+        "turns": Count("pk"),
+        "first_at": Min("started_at"),
+        "last_at": Max("started_at"),
+        "sum_input": Sum("input_tokens", default=0),
+        "sum_output": Sum("output_tokens", default=0),
+        "sum_cost": Sum("cost_usd", default=0.0),
+        "sum_failed": Sum("failed_calls", default=0),
+        "errors": Count("pk", filter=Q(status=TraceStatus.ERROR)),
+        "sum_tool_calls": Sum("tool_calls", default=0),
+    }
+
+
+ALIASES = {
+    "agent_name": "agent",
+    "agent_count": "agents",
+    "sum_input": "input_tokens",
+    "sum_output": "output_tokens",
+    "sum_cost": "cost_usd",
+    "sum_failed": "failed_calls",
+    "sum_tool_calls": "tool_calls",
+}
+
+
+def _named(group: dict[str, Any]) -> dict[str, Any]:
+    """Return a session's aggregates under the names SessionRow and the API use."""
+    return {ALIASES.get(name, name): value for name, value in group.items()}
+
+
+def filtered_traces(filters: SessionFilters) -> QuerySet:
+    """Return the traces with a session that the filters keep."""
+    traces = Trace.objects.exclude(session_id="")
+    if filters.since is not None:
+        traces = traces.filter(started_at__gte=filters.since)
+    if filters.until is not None:
+        traces = traces.filter(started_at__lt=filters.until)
+    if filters.agent:
+        traces = traces.filter(agent=filters.agent)
+    if filters.q:
+        traces = traces.filter(session_id__icontains=filters.q)
+    return traces
+
+
+def session_rows(filters: SessionFilters, limit: int, after: str | None = None) -> SessionPage:
+    """Return one page of sessions in the filters' order, and the cursor of the next page.
+
+    Pages on (the sort's aggregate, session id), so a page never repeats or skips a
+    session while traces arrive. Raises BadCursor for a cursor this site did not hand out.
+    """
+    column, kind, _ = SESSION_SORTS[filters.sort]
+    key = SortKey(column, kind=kind)
+    groups = (
+        filtered_traces(filters)
+        .order_by()
+        .values("session_id")
+        .annotate(**_session_totals())
+        .annotate(tokens=Sum("input_tokens", default=0) + Sum("output_tokens", default=0))
+    )
+    if after:
+        value, session_id = _decode_cursor(after, key)
+        groups = groups.filter(
+            Q(**{f"{column}__lt": value}) | Q(**{column: value, "session_id__lt": session_id})
+        )
+    found = list(groups.order_by(f"-{column}", "-session_id")[: limit + 1])
+    rows = [_row(group) for group in found[:limit]]
+    _add_tools_and_spirals(rows, filters)
+    more = len(found) > limit
+    return SessionPage(rows, _encode_cursor(found[limit - 1], key) if more else None)
+
+
+def _row(group: dict[str, Any]) -> SessionRow:
+    named = _named(group)
+    return SessionRow(
+        **{name: named[name] for name in SessionRow.__dataclass_fields__ if name in named}
+    )
+
+
+def _encode_cursor(group: dict[str, Any], key: SortKey) -> str:
+    token = f"{key.encode(group[key.field])}|{group['session_id']}".encode()
+    return base64.urlsafe_b64encode(token).decode()
+
+
+def _decode_cursor(cursor: str, key: SortKey) -> tuple[Any, str]:
+    try:
+        value, session_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
+        return key.decode(value), session_id
+    except (ValueError, OverflowError, binascii.Error, UnicodeError):
+        raise BadCursor("cursor is not one this site handed out") from None
+
+
+def _add_tools_and_spirals(rows: list[SessionRow], filters: SessionFilters) -> None:
+    """Fill in each row's tools and spirals: one query each for the whole page."""
+    if not rows:
+        return
+    by_id = {row.session_id: row for row in rows}
+    traces = filtered_traces(filters).filter(session_id__in=list(by_id))
+    pairs = (
+        Invocation.objects.filter(trace__in=traces, kind=SpanKind.TOOL)
+        .order_by()
+        .values_list("trace__session_id", "tool_name")
+        .distinct()
+    )
+    for session_id, tool_name in pairs:
+        by_id[session_id].tools.append(tool_name)
+    for row in rows:
+        row.tools.sort()
+    spirals = (
+        FailureSpiral.objects.filter(trace__in=traces)
+        .order_by()
+        .values("trace__session_id")
+        .annotate(count=Count("pk"))
+    )
+    for group in spirals:
+        by_id[group["trace__session_id"]].spirals = group["count"]
+
+
+# One session ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a session, as the turns and the cross-turn spirals see it."""
+
+    trace_id: str
+    span_id: str
+    tool_name: str
+    status: str
+    error_kind: str
+    started_at: datetime
+
+    @property
+    def failure(self) -> tuple[str, str] | None:
+        """Return (tool, error kind) when the call failed, else None."""
+        return (self.tool_name, self.error_kind) if self.status == SpanStatus.ERROR else None
+
+
+@dataclass
+class Turn:
+    """One trace of a session: its request, its answer, its tool calls, spirals and scores."""
+
+    number: int
+    trace: Trace
+    answer: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    spirals: list[FailureSpiral] = field(default_factory=list)
+    scores: list[Score] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CrossTurnSpiral:
+    """The same tool failing the same way at the end of one turn and the start of the next."""
+
+    tool_name: str
+    error_kind: str
+    calls: tuple[ToolCall, ...]
+    turns: tuple[int, ...]  # the turn numbers it spans, in order
+
+    @property
+    def attempts(self) -> int:
+        return len(self.calls)
+
+
+@dataclass
+class SessionDetail:
+    session_id: str
+    totals: dict[str, Any]
+    turns: list[Turn]
+    next_cursor: str | None
+    cross_turn_spirals: list[CrossTurnSpiral]
+    tool_sequence: list[ToolCall]
+    calls_truncated: bool
+    score_summary: list[dict[str, Any]]
+
+
+class UnknownSession(LookupError):
+    """No trace has this session id."""
+
+
+TURN_ORDER = SortKey("started_at", descending=False)
+
+
+def session_detail(
+    session_id: str, limit: int = TURNS_PER_PAGE, after: str | None = None
+) -> SessionDetail:
+    """Return a session: its totals, then a page of its turns in order, with what they hold.
+
+    Raises UnknownSession when no trace has the id, BadCursor for a bad cursor.
+    """
+    traces = Trace.objects.filter(session_id=session_id)
+    totals = _named(traces.order_by().aggregate(**_session_totals()))
+    if not totals["turns"]:
+        raise UnknownSession(session_id)
+    page = keyset_page(traces, limit, after=after, key=TURN_ORDER)
+    first_number = _turn_number(traces, page.rows[0]) if after and page.rows else 1
+    turns = [Turn(first_number + index, trace) for index, trace in enumerate(page.rows)]
+    calls, truncated = _tool_calls(turns)
+    _add_answers(turns)
+    _add_spirals_and_scores(turns)
+    return SessionDetail(
+        session_id=session_id,
+        totals={**totals, "tokens": totals["input_tokens"] + totals["output_tokens"]},
+        turns=turns,
+        next_cursor=page.next_cursor,
+        cross_turn_spirals=cross_turn_spirals([turn.calls for turn in turns], first_number),
+        tool_sequence=calls,
+        calls_truncated=truncated,
+        score_summary=score_summary([score for turn in turns for score in turn.scores]),
+    )
+
+
+def _turn_number(traces: QuerySet, trace: Trace) -> int:
+    """Return the number of a turn: 1 + the session's turns before it (by start, then id)."""
+    earlier = Q(started_at__lt=trace.started_at) | Q(started_at=trace.started_at, pk__lt=trace.pk)
+    return 1 + traces.filter(earlier).count()
+
+
+def _tool_calls(turns: list[Turn]) -> tuple[list[ToolCall], bool]:
+    """Give each turn its tool calls in order; return them all across turns, and if cut."""
+    by_trace = {turn.trace.pk: turn for turn in turns}
+    rows = (
+        Invocation.objects.filter(trace_id__in=list(by_trace), kind=SpanKind.TOOL)
+        .order_by("started_at", "pk")
+        .values_list("trace_id", "span_id", "tool_name", "status", "error_kind", "started_at")
+    )[: MAX_TOOL_CALLS + 1]
+    calls = [ToolCall(*row) for row in rows]
+    truncated = len(calls) > MAX_TOOL_CALLS
+    calls = calls[:MAX_TOOL_CALLS]
+    for call in calls:
+        by_trace[call.trace_id].calls.append(call)
+    order = {turn.trace.pk: turn.number for turn in turns}
+    calls.sort(key=lambda call: (order[call.trace_id], call.started_at))
+    return calls, truncated
+
+
+def _add_answers(turns: list[Turn]) -> None:
+    """Give each turn its answer: the agent span's, else the last LLM output it recorded.
+
+    Our agent loop records the answer on the agent (root) span's result; other producers
+    (OTLP dialects, the REST API) on their LLM spans, read as the trace page reads them.
+    """
+    by_trace = {turn.trace.pk: turn for turn in turns}
+    spans = (
+        Invocation.objects.filter(
+            trace_id__in=list(by_trace), kind__in=[SpanKind.AGENT, SpanKind.LLM]
+        )
+        .order_by("started_at", "pk")
+        .only("trace_id", "kind", "result", "started_at")
+    )
+    from_agent: dict[str, str] = {}
+    from_llm: dict[str, str] = {}
+    for span in spans:
+        if span.kind == SpanKind.AGENT:
+            answer = span.result.get("answer") if isinstance(span.result, dict) else None
+            if isinstance(answer, str) and answer:
+                from_agent[span.trace_id] = answer
+        else:
+            output = llm_exchange(span).output
+            if output:
+                from_llm[span.trace_id] = output
+    for trace_id, turn in by_trace.items():
+        turn.answer = from_agent.get(trace_id) or from_llm.get(trace_id, "")
+
+
+def _add_spirals_and_scores(turns: list[Turn]) -> None:
+    by_trace = {turn.trace.pk: turn for turn in turns}
+    for spiral in FailureSpiral.objects.filter(trace_id__in=list(by_trace)).order_by("started_at"):
+        by_trace[spiral.trace_id].spirals.append(spiral)
+    scores = Score.objects.filter(trace_id__in=list(by_trace)).order_by("created_at", "pk")
+    for score in scores:
+        by_trace[score.trace_id].scores.append(score)
+
+
+def cross_turn_spirals(
+    turn_calls: Sequence[Sequence[ToolCall]], first_number: int = 1
+) -> list[CrossTurnSpiral]:
+    """Return the runs of one tool failing with one error kind that cross a turn boundary.
+
+    A run is consecutive tool calls of the session, in order, that fail with the same
+    (tool, error kind); it counts when it spans turns, i.e. holds the last call of one
+    turn and the first call of the next: the agent met the same failure again after the
+    turn ended. A turn without tool calls does not break a run.
+    """
+    flat = [
+        (first_number + offset, call) for offset, calls in enumerate(turn_calls) for call in calls
+    ]
+    found = []
+    for failure, group in groupby(flat, key=lambda numbered: numbered[1].failure):
+        run = list(group)
+        turns = tuple(dict.fromkeys(number for number, _ in run))
+        if failure is not None and len(turns) > 1:
+            calls = tuple(call for _, call in run)
+            found.append(CrossTurnSpiral(failure[0], failure[1], calls, turns))
+    return found
+
+
+def score_summary(scores: Sequence[Score]) -> list[dict[str, Any]]:
+    """Return per score name: how many, the mean of the numeric ones, the labels' counts."""
+    names: dict[str, list[Score]] = defaultdict(list)
+    for score in scores:
+        names[score.name].append(score)
+    summary = []
+    for name, found in sorted(names.items()):
+        values = [score.value for score in found if score.value is not None]
+        labels: dict[str, int] = defaultdict(int)
+        for score in found:
+            if score.label:
+                labels[score.label] += 1
+        summary.append(
+            {
+                "name": name,
+                "count": len(found),
+                "mean": sum(values) / len(values) if values else None,
+                "labels": dict(sorted(labels.items())),
+            }
+        )
+    return summary
