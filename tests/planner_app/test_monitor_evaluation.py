@@ -109,8 +109,9 @@ def test_it_counts_the_spirals_started(client: Any) -> None:
 
 def test_it_counts_the_tasks_the_spiral_breaker_ended(client: Any) -> None:
     spiral = one_trace(calls(3, status="error", tool="web_search"))
-    task = {**spiral[0], "span_id": "a1" * 8, "kind": "agent", "tool_name": "",
-            "status": "ok", "error_kind": "", "error_message": "", "result": {"finish_reason": "spiral_breaker", "answer": "sorry"}}  # fmt: skip
+    result = {"finish_reason": "spiral_breaker", "answer": "sorry"}
+    task = {**spiral[0], "span_id": "a1" * 8, "kind": "agent", "tool_name": "", "status": "ok",
+            "error_kind": "", "error_message": "", "result": result}  # fmt: skip
     other = {**calls(1)[0], "kind": "agent", "tool_name": "", "result": {"finish_reason": "stop"}}
     send(client, [*spiral, task, other])
     site = monitor(metric="breaker_trips", scope="site", target="", threshold=0)
