@@ -44,12 +44,11 @@ def failing(base: dict[str, Any], name: str, offset: float) -> dict[str, Any]:
     return tool(base, name, offset, status="error", error_kind="timeout", result=None)
 
 
-@pytest.fixture
-def conversation(report: Any) -> dict[str, Any]:
-    """Store session s-71 (three turns, web_search timing out across turns 1 and 2) and s-72.
+def conversation_spans() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Return the spans of sessions s-71 and s-72 (and of a trace without one), and their ids.
 
-    Turn 2 starts with three web_search timeouts: a spiral inside the turn; with the one
-    that ended turn 1, a run of four that spans turns 1 and 2.
+    s-71 has three turns. Turn 2 starts with three web_search timeouts: a spiral inside the
+    turn; with the one that ended turn 1, a run of four that spans turns 1 and 2.
     """
     one = turn("s-71", "What is the weather in Paris?")
     two = turn("s-71", "Try again <b>please</b>")
@@ -71,9 +70,17 @@ def conversation(report: Any) -> dict[str, Any]:
         tool(other, "converter", 31, cost_usd=0.5),
         tool(alone, "calculator", 41),
     ]  # fmt: skip
+    ids = {"turns": [one["trace_id"], two["trace_id"], three["trace_id"]], "other": other}
+    return spans, ids
+
+
+@pytest.fixture
+def conversation(report: Any) -> dict[str, Any]:
+    """Store the conversation through the ingest API; return its ids."""
+    spans, ids = conversation_spans()
     response = report(*spans)
     assert response.json()["accepted"] == len(spans), response.text
-    return {"turns": [one["trace_id"], two["trace_id"], three["trace_id"]], "other": other}
+    return ids
 
 
 def test_it_lists_sessions_with_their_totals(api, conversation):
