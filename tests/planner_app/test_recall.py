@@ -100,6 +100,8 @@ def test_the_next_turn_recalls_by_a_query(fake_llm: FakeLlm) -> None:
     best = told.splitlines()[1]
     assert best.startswith('- search_stub call s1 ({"key":"spain"}), part 8/10: ')
     assert "Porto wine cellar" in best
+    again = recall_turn(fake_llm, agent, "s-1", {"call_id": "r1"})  # recall's own: never
+    assert again.startswith("recall failed (not_found): no earlier tool call with id 'r1'")
 
 
 @pytest.mark.django_db(transaction=True)
