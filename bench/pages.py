@@ -60,6 +60,7 @@ def pages() -> list[tuple[str, str]]:
 
     spiral = FailureSpiral.objects.order_by("-started_at").first()
     trace = Trace.objects.filter(tool_calls__gte=3).order_by("-started_at").first()
+    session = Trace.objects.exclude(session_id="").order_by("-started_at").first()
     wanted = [
         ("overview", "overview", [], ""),
         ("overview 7 days", "overview", [], "?range=7d"),
@@ -73,6 +74,9 @@ def pages() -> list[tuple[str, str]]:
         ("evidence", "evidence", [], ""),
         ("spirals", "spirals", [], ""),
         ("spiral detail", "spiral-detail", [spiral.pk if spiral else 0], ""),
+        ("sessions", "sessions", [], ""),
+        ("sessions 7 days", "sessions", [], "?range=7d"),
+        ("session detail", "session-detail", [session.session_id if session else "-"], ""),
     ]
     found = []
     for label, name, args, query in wanted:
