@@ -18,6 +18,7 @@ from ninja.responses import NinjaJSONEncoder
 from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
 from planner_app.monitors.monitor_api import router as monitors_router
+from planner_app.monitors.notify.channel_api import router as channels_router
 from planner_app.proposals.proposal_api import router as proposals_router
 from tools_app.api import router as tools_router
 from traces_app.api import router as traces_router
@@ -76,6 +77,7 @@ api.add_router("/", planner_router)
 api.add_router("/", proposals_router)
 api.add_router("/", scores_router)
 api.add_router("/", monitors_router)
+api.add_router("/", channels_router)
 api.add_router("/", sessions_router)
 api.add_router("/", chains_router)
 

@@ -138,3 +138,26 @@ def _slack_escape(text: str) -> str:
 
 def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
+
+
+def test_webhook_body(channel_name: str, sent_at: datetime) -> dict[str, Any]:
+    """Return the body of a test notification: the shape of an event, with no event."""
+    return {
+        "type": "ares.test",
+        "version": PAYLOAD_VERSION,
+        "delivery_id": None,
+        "attempt": 1,
+        "sent_at": _iso(sent_at),
+        "channel": channel_name,
+        "message": TEST_MESSAGE,
+        "links": {"console": site_link("/monitors/")},
+    }
+
+
+def test_slack_body() -> dict[str, Any]:
+    """Return the Slack body of a test notification."""
+    text = f"*[ARES] TEST*\n{TEST_MESSAGE}\n<{site_link('/monitors/')}|Monitors>"
+    return {"text": text, "unfurl_links": False}
+
+
+TEST_MESSAGE = "A test notification from ARES Console: this channel works."

@@ -86,6 +86,22 @@ def send(delivery: Delivery, now: datetime) -> SendResult:
     return post_bytes(channel.url, body, headers)
 
 
+def send_test(channel: NotificationChannel, now: datetime) -> SendResult:
+    """Send a test notification to the channel once (nothing is recorded)."""
+    if channel.kind == NotificationChannel.Kind.EMAIL:
+        return _mail(channel, "[ARES] TEST: " + channel.name, payloads.TEST_MESSAGE + "\n")
+    if channel.kind == NotificationChannel.Kind.SLACK:
+        return post_json(channel.url, payloads.test_slack_body(), {})
+    body = payloads.encode(payloads.test_webhook_body(channel.name, now))
+    headers = {
+        SIGNATURE_HEADER: signature(signing_secret(channel), body),
+        "X-Ares-Delivery": "test",
+        "X-Ares-Timestamp": str(int(now.timestamp())),
+        "X-Ares-Event": "test",
+    }
+    return post_bytes(channel.url, body, headers)
+
+
 def post_json(url: str, body: dict, headers: dict[str, str]) -> SendResult:
     """POST a JSON body within the address policy."""
     return post_bytes(url, payloads.encode(body), headers)
@@ -111,18 +127,16 @@ def post_bytes(url: str, body: bytes, headers: dict[str, str]) -> SendResult:
 
 def send_email(delivery: Delivery) -> SendResult:
     """Send the event by email through Django's email settings (EMAIL_HOST, ...)."""
-    recipients = [address for address in delivery.channel.emails or [] if address]
+    event = delivery.event
+    return _mail(delivery.channel, payloads.email_subject(event), payloads.email_text(event))
+
+
+def _mail(channel: NotificationChannel, subject: str, text: str) -> SendResult:
+    recipients = [address for address in channel.emails or [] if address]
     if not recipients:
         return SendResult(False, error="the channel has no email addresses", permanent=True)
-    event = delivery.event
     try:
-        send_mail(
-            payloads.email_subject(event),
-            payloads.email_text(event),
-            None,
-            recipients,
-            fail_silently=False,
-        )
+        send_mail(subject, text, None, recipients, fail_silently=False)
     except smtplib.SMTPRecipientsRefused as error:
         return SendResult(False, error=f"the mail server refused every recipient: {error}")
     except (smtplib.SMTPException, OSError) as error:
