@@ -9,7 +9,13 @@ from datetime import datetime
 import plotly.graph_objects as go
 
 from planner_app.version_effects import marked
-from traces_app.charts import Chart, make_chart
+from traces_app.charts import (
+    TRACES_PAGE,
+    Chart,
+    bucket_drilldown,
+    category_drilldown,
+    make_chart,
+)
 from traces_app.models import ChosenBy, FailureSpiral, SpiralResolution
 from traces_app.rollups.histogram import merge, percentile_from_histogram
 from traces_app.rollups.range_totals import (
@@ -174,8 +180,26 @@ def charts(time_range: TimeRange, summary: ActivitySummary) -> list[Chart]:
         for key, calls in summary.tool_calls_by_chosen_by.items()
     }
     return [
-        *marked([calls_chart(buckets), tokens_chart(buckets)], time_range.since, time_range.until),
-        share_chart("by-chooser", "Tool calls by who chose the tool", "Chosen by", by_chooser),
+        *marked(
+            [
+                bucket_drilldown(
+                    calls_chart(buckets),
+                    time_range.bucket,
+                    by_series={"Failures": {"status": "error"}},
+                ),
+                bucket_drilldown(tokens_chart(buckets), time_range.bucket),
+            ],
+            time_range.since,
+            time_range.until,
+        ),
+        category_drilldown(
+            share_chart("by-chooser", "Tool calls by who chose the tool", "Chosen by", by_chooser),
+            {
+                choosers[key]: f"{TRACES_PAGE}?{time_range.query()}&chosen_by={key}"
+                for key in summary.tool_calls_by_chosen_by
+                if key in choosers
+            },
+        ),
         share_chart(
             "by-place", "Tool calls by where they ran", "Ran on", summary.tool_calls_by_ran_on
         ),

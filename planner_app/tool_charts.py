@@ -8,16 +8,41 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 import plotly.graph_objects as go
 
-from traces_app.charts import Chart, latency_bin_label, make_chart
+from traces_app.charts import (
+    TRACES_PAGE,
+    Chart,
+    bucket_drilldown,
+    category_drilldown,
+    latency_bin_label,
+    make_chart,
+)
 from traces_app.rollups.histogram import bin_bounds
 
 if TYPE_CHECKING:
     from planner_app.evidence import BucketScore, CapabilityEvidence
     from traces_app.rollups.range_totals import ToolTotals
     from traces_app.rollups.ranges import TimeRange
+
+
+def _tool_filters(tool: str) -> dict[str, str]:
+    return {"tool": tool, "match": "exact"}
+
+
+def tool_drilldown(chart: Chart, time_range: TimeRange, tool: str) -> Chart:
+    """Return a tool's chart over time with each point opening that bucket's traces of it."""
+    return bucket_drilldown(chart, time_range.bucket, _tool_filters(tool))
+
+
+def failures_drilldown(chart: Chart, time_range: TimeRange, tool: str) -> Chart:
+    """Return the error-kinds chart with each bar opening the range's failed traces of the tool."""
+    query = urlencode({**_tool_filters(tool), "status": "error"})
+    url = f"{TRACES_PAGE}?{time_range.query()}&{query}"
+    kinds = [x for trace in chart.figure.get("data", []) for x in trace.get("x") or []]
+    return category_drilldown(chart, {str(kind): url for kind in kinds})
 
 
 def _when(moment: datetime) -> str:

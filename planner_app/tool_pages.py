@@ -145,6 +145,7 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
     totals = next(iter(tool_totals(time_range, [name])), ToolTotals(name))
     scores = own_score_series(spec, ruleset, time_range, points) if spec else []
     over_time = [charts.success_chart(time_range, points), charts.latency_chart(time_range, points)]
+    over_time = [charts.tool_drilldown(chart, time_range, name) for chart in over_time]
     over_time = marked(over_time, time_range.since, time_range.until)
     context.update(
         tool=name,
@@ -153,11 +154,15 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
         score=current_score(own_candidate(spec), ruleset) if spec else None,
         evidence_window=ruleset.weights.evidence_window,
         candidacies=capabilities_of(name, ruleset, registry) if spec else [],
-        score_chart=_marked(charts.score_chart(scores), time_range) if spec else None,
+        score_chart=_marked(
+            charts.tool_drilldown(charts.score_chart(scores), time_range, name), time_range
+        )
+        if spec
+        else None,
         charts=[
             *over_time,
             charts.histogram_chart(totals),
-            charts.error_kinds_chart(totals),
+            charts.failures_drilldown(charts.error_kinds_chart(totals), time_range, name),
         ],
         failures=recent_failures(name, time_range, points),
         range_note="whole UTC hours",

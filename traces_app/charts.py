@@ -8,12 +8,13 @@ table, and a CSV download of that table. A chart without JavaScript is still its
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from html import escape
 from typing import Any
+from urllib.parse import urlencode
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -46,10 +47,17 @@ class Chart:
     columns: Sequence[str]
     rows: Sequence[Sequence[Any]] = field(default_factory=list)
     markers: Sequence[Marker] = ()  # moments marked on the time axis (with_markers)
+    # Per plotly trace, per point: the traces page that lists what the point counts
+    # (bucket_drilldown, category_drilldown); "" where there is none.
+    drill: Sequence[Sequence[str]] = ()
 
     @property
     def figure_id(self) -> str:
         return f"{self.id}-figure"
+
+    @property
+    def drill_id(self) -> str:
+        return f"{self.id}-drill"
 
     @property
     def is_empty(self) -> bool:
@@ -136,6 +144,49 @@ def _label(marker: Marker) -> dict[str, Any]:
         "text": f'<a href="{escape(marker.url)}" target="_self">{escape(marker.label)}</a>',
         "hovertext": escape(marker.title) or escape(marker.label),
     }  # fmt: skip
+
+
+TRACES_PAGE = "/traces/"
+
+
+def bucket_drilldown(
+    chart: Chart,
+    bucket: timedelta,
+    filters: Mapping[str, str] | None = None,
+    by_series: Mapping[str, Mapping[str, str]] | None = None,
+) -> Chart:
+    """Return the chart with each point linked to the traces of its time bucket.
+
+    A point at x opens the traces page for [x, x + bucket) with the filters (a tool, a
+    status), plus its series' own (the failures series: status error). Points whose x is
+    not a moment get no link.
+    """
+    links = []
+    for trace in chart.figure.get("data", []):
+        extra = {**(filters or {}), **(by_series or {}).get(trace.get("name", ""), {})}
+        links.append([_bucket_link(x, bucket, extra) for x in trace.get("x") or []])
+    return replace(chart, drill=links)
+
+
+def category_drilldown(chart: Chart, url_of: Mapping[str, str]) -> Chart:
+    """Return the chart with each bar linked to the page `url_of` names for its category."""
+    links = [
+        [url_of.get(str(x), "") for x in trace.get("x") or []]
+        for trace in chart.figure.get("data", [])
+    ]
+    return replace(chart, drill=links)
+
+
+def _bucket_link(x: Any, bucket: timedelta, filters: Mapping[str, str]) -> str:
+    try:
+        since = datetime.fromisoformat(str(x))
+    except ValueError:
+        return ""
+    if since.utcoffset() is None:
+        since = since.replace(tzinfo=UTC)  # plotly writes naive moments: ours are UTC
+    until = since + bucket
+    query = {"since": since.isoformat(), "until": until.isoformat(), **filters}
+    return f"{TRACES_PAGE}?{urlencode(query)}"
 
 
 def readable_ms(ms: float) -> str:

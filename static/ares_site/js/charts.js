@@ -53,9 +53,25 @@
     var figure = JSON.parse(source.textContent);
     var colours = applyColours(figure.layout);
     window.Plotly.newPlot(element, figure.data, figure.layout, CONFIG).then(function () {
+      drillDown(element);
       element.dataset.rendered = "true";
       element.dataset.fg = colours["font.color"];  // the text colour it was drawn in
       element.dispatchEvent(new CustomEvent("chart:drawn"));
+    });
+  }
+
+  // A chart with links per point (data-drill): a click on a point opens its traces. In the
+  // "x unified" hover the click names every series at that x: the first one's link is taken.
+  function drillDown(element) {
+    var source = element.dataset.drill && document.getElementById(element.dataset.drill);
+    if (!source) { return; }
+    var links = JSON.parse(source.textContent);
+    element.on("plotly_click", function (data) {
+      var point = data.points && data.points[0];
+      if (!point) { return; }
+      var index = point.pointIndex !== undefined ? point.pointIndex : point.pointNumber;
+      var url = (links[point.curveNumber] || [])[index];
+      if (url) { window.location.assign(url); }
     });
   }
 
