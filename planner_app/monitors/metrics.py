@@ -165,9 +165,7 @@ def monitor_problems(fields: dict[str, Any]) -> dict[str, str]:
     if metric in THRESHOLD_RANGES and isinstance(threshold, int | float):
         low, high = THRESHOLD_RANGES[metric]
         if not low <= threshold <= high:
-            problems["threshold"] = (
-                f"the threshold of {metric} must be between {low:g} and {high:g}"
-            )
+            problems["threshold"] = f"{metric} thresholds are between {low:g} and {high:g}"
     return problems
 
 

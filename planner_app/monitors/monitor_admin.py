@@ -27,8 +27,13 @@ from planner_app.monitors.records import Monitor, MonitorEvent
 
 STALE = (
     "Someone saved this monitor since you opened it (it is at version {now}, you opened "
-    "version {seen}). Nothing of yours was saved: reload the page to see their change, then "
-    "make yours again."
+    "version {seen}). Nothing of yours was saved and their change is kept: compare it with "
+    "the values below (yours), then save again to apply yours over it."
+)
+
+RACED = (
+    "Someone saved this monitor at the same moment (it is at version {now}, you opened "
+    "version {seen}). Nothing of yours was saved: make your change again on it as it is now."
 )
 
 
@@ -60,6 +65,8 @@ class MonitorForm(forms.ModelForm):
             rows = rows.select_for_update()  # held until the admin's transaction ends
         now = rows.values_list("version", flat=True).first()
         if seen is None or now != seen:
+            self.data = self.data.copy()  # the form shown again carries the version now
+            self.data["seen_version"] = str(now)
             raise forms.ValidationError(STALE.format(now=now, seen=seen))
 
 
@@ -112,7 +119,7 @@ class MonitorAdmin(admin.ModelAdmin):
         except monitor_edits.StaleEdit:  # saved by someone else between the check and the save
             current = Monitor.objects.filter(pk=object_id).values_list("version", flat=True)
             seen = request.POST.get("seen_version", "?")
-            messages.error(request, STALE.format(now=current.first(), seen=seen))
+            messages.error(request, RACED.format(now=current.first(), seen=seen))
             return HttpResponseRedirect(request.path)
 
     @admin.action(description="Silence for an hour (events recorded, nothing sent)")
