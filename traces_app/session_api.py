@@ -44,8 +44,8 @@ class SessionListQuery(Schema):
 
 class SessionOut(Schema):
     session_id: str
-    agent: str = Field(description="Its agent (the greatest name when several; see agents)")
-    agents: int = Field(description="How many agents its traces name")
+    agent: str = Field(description="Its agent (the greatest name when several)")
+    several_agents: bool = Field(description="Whether its traces name more than one agent")
     turns: int = Field(description="Its traces in the range")
     first_at: datetime
     last_at: datetime
@@ -114,7 +114,7 @@ class ScoreSummaryOut(Schema):
 
 class SessionTotalsOut(Schema):
     agent: str
-    agents: int
+    several_agents: bool
     turns: int
     first_at: datetime
     last_at: datetime

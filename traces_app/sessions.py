@@ -65,7 +65,7 @@ class SessionRow:
 
     session_id: str
     agent: str
-    agents: int
+    several_agents: bool
     turns: int
     first_at: datetime
     last_at: datetime
@@ -103,7 +103,8 @@ def _session_totals() -> dict[str, Any]:
     """Return the aggregates of a session's traces, under their aliases."""
     return {
         "agent_name": Max("agent"),
-        "agent_count": Count("agent", distinct=True),
+        # Not COUNT(DISTINCT agent): PostgreSQL would then sort the range's traces to group.
+        "other_agent": Min("agent"),
         "turns": Count("pk"),
         "first_at": Min("started_at"),
         "last_at": Max("started_at"),
@@ -118,7 +119,6 @@ def _session_totals() -> dict[str, Any]:
 
 ALIASES = {
     "agent_name": "agent",
-    "agent_count": "agents",
     "sum_input": "input_tokens",
     "sum_output": "output_tokens",
     "sum_cost": "cost_usd",
@@ -129,7 +129,9 @@ ALIASES = {
 
 def _named(group: dict[str, Any]) -> dict[str, Any]:
     """Return a session's aggregates under the names SessionRow and the API use."""
-    return {ALIASES.get(name, name): value for name, value in group.items()}
+    named = {ALIASES.get(name, name): value for name, value in group.items()}
+    named["several_agents"] = named.pop("other_agent") != named["agent"]
+    return named
 
 
 def filtered_traces(filters: SessionFilters) -> QuerySet:

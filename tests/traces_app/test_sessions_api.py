@@ -99,7 +99,20 @@ def test_it_lists_sessions_with_their_totals(api, conversation):
     assert row["input_tokens"] == 200 and row["output_tokens"] == 40
     assert row["spirals"] == 1
     assert rows["s-72"]["cost_usd"] == 0.5
+    assert not row["several_agents"]
     assert rows["s-72"]["agent"] == "converter"
+
+
+def test_it_says_when_a_session_holds_several_agents(api, report):
+    report(
+        tool(turn("shared", "a", agent="planner-bot"), "calculator", 0),
+        tool(turn("shared", "b", agent="writer-bot"), "calculator", 1),
+    )
+
+    row = api.get("/sessions").json()["items"][0]
+
+    assert row["agent"] == "writer-bot" and row["several_agents"] is True
+    assert api.get("/sessions/shared").json()["totals"]["several_agents"] is True
 
 
 @pytest.mark.parametrize(
