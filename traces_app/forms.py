@@ -6,7 +6,8 @@ A bad value never fails a page: the form reports it, and the valid filters still
 from __future__ import annotations
 
 from django import forms
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from ninja.errors import HttpError
 
 from traces_app.api import TRACE_SORTS, TraceFilter, sorted_traces
@@ -16,6 +17,7 @@ from traces_app.rollups.ranges import TimeRange
 from traces_app.scores.judgements import SCORE_FILTER_PATTERN
 
 ANY = [("", "any")]
+ARGUMENT_CHOICES = [("changed", "changed"), ("same", "never changed")]
 
 
 MATCHES = [("contains", "contains"), ("prefix", "starts with"), ("exact", "is exactly")]
@@ -81,6 +83,9 @@ class SpiralFilterForm(forms.Form):
         choices=ANY + SpiralResolution.choices, required=False, label="How it ended"
     )
     kind = forms.ChoiceField(choices=ANY + SpiralKind.choices, required=False)
+    arguments = forms.ChoiceField(
+        choices=ANY + ARGUMENT_CHOICES, required=False, label="Arguments between attempts"
+    )
 
     def filter(self, spirals: QuerySet, time_range: TimeRange) -> QuerySet:
         """Return the spirals started in the range that pass the valid filters."""
@@ -88,9 +93,22 @@ class SpiralFilterForm(forms.Form):
         spirals = spirals.filter(started_at__gte=time_range.since, started_at__lt=time_range.until)
         lookups = {"tool": "tool_name", "resolution": "resolution", "kind": "kind"}
         for name, value in self.cleaned_data.items():
-            if value:
+            if value and name in lookups:
                 spirals = spirals.filter(**{lookups[name]: value})
+        return _by_arguments(spirals, self.cleaned_data.get("arguments", ""))
+
+
+def _by_arguments(spirals: QuerySet, which: str) -> QuerySet:
+    """Return the spirals whose arguments changed between attempts, or never did.
+
+    A step that changed lists its keys (strings), so a quote in the JSON text is a change:
+    one portable test on SQLite and PostgreSQL, after the range has bounded the rows.
+    """
+    if not which:
         return spirals
+    changed = Q(argument_text__contains='"')
+    spirals = spirals.annotate(argument_text=Cast("argument_changes", TextField()))
+    return spirals.filter(changed) if which == "changed" else spirals.exclude(changed)
 
 
 def error_messages(form: forms.Form) -> list[str]:

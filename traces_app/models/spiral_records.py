@@ -112,3 +112,9 @@ class FailureSpiral(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} x{self.attempts} ({self.kind})"
+
+    @property
+    def changed_arguments(self) -> list[str]:
+        """Return the argument keys changed between any two attempts ("*": all of them)."""
+        keys = {key for step in self.argument_changes or [] for key in step}
+        return sorted(keys)
