@@ -240,6 +240,7 @@ class _Task(TaskRecords):
         self.replays = ReplayGuard()
         self.recall_scope = RecallScope(agent.name, session_id, trace_id)
         self.can_recall = services.recall is not None and RECALL_TOOL in agent.tools
+        self.recalls_in_turn = 0
         self.spirals_broken: list[tuple[str, Any]] = []  # (why, the planner's outcome)
         self.discovery: ToolDiscovery | None = None  # set in active discovery mode
         self.llm_calls = 0
@@ -448,6 +449,7 @@ class _Task(TaskRecords):
     # One turn of tool calls --------------------------------------------------------------
 
     def _run_turn(self, calls: Sequence[ToolCall]) -> None:
+        self.recalls_in_turn = sum(call.name == RECALL_TOOL for call in calls)
         turns = [self._prepare(call) for call in calls]
         runnable = [turn for turn in turns if turn.result is None and turn.path == PATH_LLM]
         for turn in runnable:
@@ -496,7 +498,9 @@ class _Task(TaskRecords):
         started_at, clock = datetime.now(UTC), time.perf_counter()
         self.emit(ToolStarted(call.id, RECALL_TOOL, call.arguments, PATH_LLM))
         if self.can_recall:
-            allowance = self.budget.allowance()
+            # The turn's recalls share what is left, so the budget cuts none of them again.
+            left = max(0, self.budget.tool_cap - self.budget.tool_tokens)
+            allowance = min(self.budget.allowance(), left // max(1, self.recalls_in_turn))
             result = run_recall(self.services.recall, self.recall_scope, call, allowance)
         else:
             result = refused_recall(call, self.agent.name)

@@ -20,7 +20,7 @@ from planner_app.agents.recall import (
 from planner_app.agents.site_agents import run_agent
 from planner_app.models import Agent
 from tests.planner_app.conftest import in_site_registry
-from tests.planner_app.fake_llm import FakeLlm, call, say
+from tests.planner_app.fake_llm import FakeLlm, call, calls, say
 from tools_app.formatting import estimate_tokens
 from tools_app.specs import ToolCall, ToolSpec
 from traces_app.models import Invocation
@@ -102,6 +102,20 @@ def test_the_next_turn_recalls_by_a_query(fake_llm: FakeLlm) -> None:
     assert "Porto wine cellar" in best
     again = recall_turn(fake_llm, agent, "s-1", {"call_id": "r1"})  # recall's own: never
     assert again.startswith("recall failed (not_found): no earlier tool call with id 'r1'")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("llm_settings", "search_tool")
+def test_two_recalls_in_one_turn_share_the_budget_left(fake_llm: FakeLlm) -> None:
+    agent = tutor(["search_stub", "recall"])
+    search_turn(fake_llm, agent, "s-1")
+    fake_llm.script(calls(("recall", {"call_id": "s1", "offset": 3}, "r1"),
+                          ("recall", {"query": "faro beach"}, "r2")), say("ok"))  # fmt: skip
+    run_agent(agent, [Message("user", "more?")], session_id="s-1")
+    first, second = (tool_message(fake_llm, 3, id_) for id_ in ("r1", "r2"))
+    assert "[4/10] " in first and "Faro beach" in second
+    for told in (first, second):
+        assert estimate_tokens(told) <= 150 and "truncated" not in told and "left out" not in told
 
 
 @pytest.mark.django_db(transaction=True)
