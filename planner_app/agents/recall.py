@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,8 +33,9 @@ logger = logging.getLogger(__name__)
 RECALL_TOOL = "recall"
 MAX_MATCHES = 3  # parts a query returns at most
 PART_TOKENS = 150  # a text is split into parts of about this size
-SEARCHED_RESULTS = 200  # a query searches the session's newest results, at most this many
+SEARCHED_RESULTS = 100  # a query searches the session's newest results, at most this many
 TRUNCATED_KEY = "__truncated__"  # how the trace store marks a payload it had to cut
+WORD = re.compile(r"(?u)\b\w\w+\b")  # a word as TfidfVectorizer's default tokenizer sees one
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -236,20 +238,26 @@ def _by_query(
 
 
 def _ranked(query: str, texts: Sequence[str]) -> list[int]:
-    """Return the indexes of the texts matching the query, best first (ties: earlier first)."""
-    if not texts:
+    """Return the indexes of the texts matching the query, best first (ties: earlier first).
+
+    Only the texts containing one of the query's words are weighed (their TF-IDF against
+    the query's): the others score 0 anyway, and tokenising every part of 200 results of
+    15 KB took over a second here.
+    """
+    words = {word.lower() for word in WORD.findall(query)}
+    if not words:
+        return []
+    candidates = [i for i, text in enumerate(texts) if any(w in text.lower() for w in words)]
+    if not candidates:
         return []
     # Imported here: scikit-learn costs ~90 MB, and only agents that recall need it.
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     vectorizer = TfidfVectorizer(sublinear_tf=True)
-    try:
-        matrix = vectorizer.fit_transform([*texts, query])
-    except ValueError:  # no word of two letters or more anywhere: nothing can match
-        return []
+    matrix = vectorizer.fit_transform([*(texts[i] for i in candidates), query])
     scores = (matrix[:-1] @ matrix[-1].T).toarray().ravel()  # rows are L2-normalised
-    order = sorted(range(len(texts)), key=lambda i: (-scores[i], i))
-    return [i for i in order if scores[i] > 0]
+    order = sorted(range(len(candidates)), key=lambda n: (-scores[n], candidates[n]))
+    return [candidates[n] for n in order if scores[n] > 0]
 
 
 # Parts of a result ---------------------------------------------------------------------
