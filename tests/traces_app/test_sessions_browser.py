@@ -55,11 +55,11 @@ def test_an_operator_reads_a_session_and_follows_it_to_its_traces(
 
     page.click("#sessions a.session-link:text-is('s-71')")
     page.wait_for_url("**/sessions/s-71/")
-    turns = page.locator("#turns li.turn")
+    turns = page.locator("#turns section.turn")
     assert turns.count() == 3
     assert "Try again <b>please</b>" in turns.nth(1).locator(".request").inner_text()
     assert turns.nth(1).locator("pre.answer").inner_text().startswith("It is 12 °C <script>")
-    assert page.locator("#tool-sequence li").all_inner_texts() == [
+    assert page.locator("#tool-sequence a").all_inner_texts() == [
         "weather", "web_search", "web_search", "web_search", "web_search", "calculator",
     ]  # fmt: skip
     assert (
