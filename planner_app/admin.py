@@ -552,4 +552,5 @@ class ScoreRuleAdmin(VersionedAdmin):
 
 # Monitors and proposals (planner_app/monitors/, proposals/): registered there, with actions.
 from planner_app.monitors import monitor_admin  # noqa: E402, F401
+from planner_app.monitors.notify import channel_admin  # noqa: E402, F401
 from planner_app.proposals import proposal_admin  # noqa: E402, F401
