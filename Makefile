@@ -37,8 +37,8 @@ WITH_BEAT = $(BEAT) & beat=$$!; trap 'kill $$beat 2>/dev/null' EXIT INT TERM;
 run: install
 	@echo "== [2/4] creating the database (SQLite in var/)"
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput
-	@echo "== [3/4] loading 2,000 demo spans"
-	DEBUG=1 $(BIN)/python manage.py ares_demo --invocations 2000
+	@echo "== [3/4] loading 2,000 demo spans, and 1,600 of the day before (for the changes)"
+	DEBUG=1 $(BIN)/python manage.py ares_demo --invocations 2000 --previous-period
 	@echo "== [4/4] the admin login, then the server"
 	DEBUG=1 $(BIN)/python manage.py ensure_admin
 	@echo "ARES Console at http://$(HOST):$(PORT)/ (admin at /admin/, API docs at /api/v1/docs)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
@@ -21,6 +22,11 @@ from traces_app.ingest.recording import record_invocations
 from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationFromDict
 from traces_app.spirals.scanning import rescan_spirals
+
+# The previous period (--previous-period): a fifth less traffic, from another seed, so that
+# the overview's and tools' changes against it are real figures, neither zeros nor copies.
+PREVIOUS_SHARE = 0.8
+PREVIOUS_SEED_OFFSET = 1_000_003
 
 
 class Command(BaseCommand):
@@ -42,6 +48,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--batch", type=int, default=1000, help="Spans per transaction")
         parser.add_argument(
+            "--previous-period",
+            action="store_true",
+            help="Also record the --days before the window (a fifth fewer spans, other "
+            "traffic), so the pages' changes against the previous period mean something",
+        )
+        parser.add_argument(
             "--no-demo-server",
             action="store_false",
             dest="demo_server",
@@ -57,27 +69,33 @@ class Command(BaseCommand):
         seed: int,
         batch: int,
         demo_server: bool,
+        previous_period: bool = False,
         **opts: object,
     ) -> None:
         if invocations < 0 or batch < 1:
             raise CommandError("--invocations must be 0 or more and --batch 1 or more")
-        if not 0 < days <= settings.ARES_RETENTION_DAYS:
+        covered = 2 * days if previous_period else days
+        if not 0 < covered <= settings.ARES_RETENTION_DAYS:
             # Older spans would be purged and their hours never rolled up.
             raise CommandError(
-                f"--days must be over 0 and at most ARES_RETENTION_DAYS "
-                f"({settings.ARES_RETENTION_DAYS})"
+                f"--days{' (twice, with --previous-period)' if previous_period else ''} must "
+                f"be over 0 and at most ARES_RETENTION_DAYS ({settings.ARES_RETENTION_DAYS})"
             )
         if demo_server:
             self.register_demo_server()
         started = time.monotonic()
-        progress = ProgressBar(invocations, self.stderr)
-        stored = 0
-        for spans in batches(demo_trace_stream(invocations, seed=seed, days=days), batch):
-            items = [InvocationFromDict.model_validate(span) for span in spans]
-            stored += sum(
-                outcome is True for outcome in record_invocations(items, recount_rollups=False)
+        now = timezone.now()
+        streams = [(invocations, demo_trace_stream(invocations, seed=seed, now=now, days=days))]
+        if previous_period:
+            before = round(invocations * PREVIOUS_SHARE)
+            window_start = now - timedelta(days=days)
+            traffic = demo_trace_stream(
+                before, seed=seed + PREVIOUS_SEED_OFFSET, now=window_start, days=days
             )
-            progress.advance(len(spans))
+            streams.append((before, traffic))
+        total = sum(count for count, _ in streams)
+        progress = ProgressBar(total, self.stderr)
+        stored = sum(record_stream(traffic, batch, progress) for _, traffic in streams)
         progress.finish()
         # Once for the whole run: recounting as ingest does (every few seconds, the hours
         # marked since) recounted the same hours again and cost a fifth of a 1M run.
@@ -87,8 +105,8 @@ class Command(BaseCommand):
         rescan_spirals(since=timezone.now())
         seconds = time.monotonic() - started
         self.stdout.write(
-            f"Recorded {stored} new spans ({invocations - stored} already there) "
-            f"in {seconds:.1f} s ({invocations / max(seconds, 1e-9):,.0f} spans/s)."
+            f"Recorded {stored} new spans ({total - stored} already there) "
+            f"in {seconds:.1f} s ({total / max(seconds, 1e-9):,.0f} spans/s)."
         )
 
     def register_demo_server(self) -> None:
@@ -122,6 +140,18 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"MCP server {DEMO_SERVER!r} answers with tools {', '.join(tools)}")
+
+
+def record_stream(traces: Iterable[list[dict]], batch: int, progress: ProgressBar) -> int:
+    """Record the traces in batches of about `batch` spans; return how many spans were new."""
+    stored = 0
+    for spans in batches(traces, batch):
+        items = [InvocationFromDict.model_validate(span) for span in spans]
+        stored += sum(
+            outcome is True for outcome in record_invocations(items, recount_rollups=False)
+        )
+        progress.advance(len(spans))
+    return stored
 
 
 def batches(traces: Iterable[list[dict]], size: int) -> Iterator[list[dict]]:
