@@ -49,7 +49,7 @@ class SessionOut(Schema):
     turns: int = Field(description="Its traces in the range")
     first_at: datetime
     last_at: datetime
-    tools: list[str] = Field(description="The tools its turns called, by name")
+    tools: list[str] = Field(description="The tools its latest 20 turns in the range called")
     tool_calls: int
     input_tokens: int
     output_tokens: int
@@ -57,6 +57,10 @@ class SessionOut(Schema):
     failed_calls: int
     errors: int = Field(description="Turns with a failed span")
     spirals: int = Field(description="Failure spirals in its turns")
+
+    @staticmethod
+    def resolve_tools(row: sessions.SessionRow) -> list[str]:
+        return row.tool_names
 
 
 class SessionListOut(Schema):

@@ -58,6 +58,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
         form=form,
         filter_errors=problems,
         page=page,
+        tool_turns=sessions.TOOL_TURNS,
         sort=filters.sort,
         page_query=_without(request, "after"),
         api_query=_api_query(filters),

@@ -18,7 +18,8 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum, Window
+from django.db.models.functions import RowNumber
 
 from traces_app.http.paging import BadCursor, SortKey, keyset_page
 from traces_app.models import (
@@ -46,6 +47,8 @@ DEFAULT_SORT = "-last"
 TURNS_PER_PAGE = 100
 MAX_TOOL_CALLS = 5000
 TOOLS_PER_ROW = 8
+# A list row names the tools of its session's latest turns in the range, this many.
+TOOL_TURNS = 20
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class SessionRow:
     failed_calls: int
     errors: int  # turns with a failed span
     tool_calls: int
-    tools: list[str] = field(default_factory=list)
+    tools: set[str] = field(default_factory=set)  # of its latest TOOL_TURNS turns
     spirals: int = 0
 
     @property
@@ -83,8 +86,12 @@ class SessionRow:
         return self.input_tokens + self.output_tokens
 
     @property
+    def tool_names(self) -> list[str]:
+        return sorted(self.tools)
+
+    @property
     def shown_tools(self) -> list[str]:
-        return self.tools[:TOOLS_PER_ROW]
+        return self.tool_names[:TOOLS_PER_ROW]
 
     @property
     def more_tools(self) -> int:
@@ -196,21 +203,29 @@ def _decode_cursor(cursor: str, key: SortKey) -> tuple[Any, str]:
 
 
 def _add_tools_and_spirals(rows: list[SessionRow], filters: SessionFilters) -> None:
-    """Fill in each row's tools and spirals: one query each for the whole page."""
+    """Fill in each row's tools (of its latest TOOL_TURNS turns) and spirals, for the page.
+
+    Three queries for the whole page. The tools are read from each session's latest turns
+    only, so a session of thousands of turns costs no more than one of twenty.
+    """
     if not rows:
         return
     by_id = {row.session_id: row for row in rows}
     traces = filtered_traces(filters).filter(session_id__in=list(by_id))
+    newest = Window(RowNumber(), partition_by=F("session_id"), order_by=F("started_at").desc())
+    latest = dict(
+        traces.annotate(position=newest)
+        .filter(position__lte=TOOL_TURNS)
+        .values_list("trace_id", "session_id")
+    )
     pairs = (
-        Invocation.objects.filter(trace__in=traces, kind=SpanKind.TOOL)
+        Invocation.objects.filter(trace_id__in=list(latest), kind=SpanKind.TOOL)
         .order_by()
-        .values_list("trace__session_id", "tool_name")
+        .values_list("trace_id", "tool_name")
         .distinct()
     )
-    for session_id, tool_name in pairs:
-        by_id[session_id].tools.append(tool_name)
-    for row in rows:
-        row.tools.sort()
+    for trace_id, tool_name in pairs:
+        by_id[latest[trace_id]].tools.add(tool_name)
     spirals = (
         FailureSpiral.objects.filter(trace__in=traces)
         .order_by()
@@ -351,19 +366,19 @@ def _add_answers(turns: list[Turn]) -> None:
             trace_id__in=list(by_trace), kind__in=[SpanKind.AGENT, SpanKind.LLM]
         )
         .order_by("started_at", "pk")
-        .only("trace_id", "kind", "result", "started_at")
+        .values_list("trace_id", "kind", "result")  # not the LLM calls' (long) arguments
     )
     from_agent: dict[str, str] = {}
     from_llm: dict[str, str] = {}
-    for span in spans:
-        if span.kind == SpanKind.AGENT:
-            answer = span.result.get("answer") if isinstance(span.result, dict) else None
+    for trace_id, kind, result in spans:
+        if kind == SpanKind.AGENT:
+            answer = result.get("answer") if isinstance(result, dict) else None
             if isinstance(answer, str) and answer:
-                from_agent[span.trace_id] = answer
+                from_agent[trace_id] = answer
         else:
-            output = llm_exchange(span).output
+            output = llm_exchange(Invocation(kind=kind, result=result)).output
             if output:
-                from_llm[span.trace_id] = output
+                from_llm[trace_id] = output
     for trace_id, turn in by_trace.items():
         turn.answer = from_agent.get(trace_id) or from_llm.get(trace_id, "")
 

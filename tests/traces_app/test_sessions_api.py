@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_span
+from traces_app import sessions
 from traces_app.models import ScoreDefinition
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
@@ -271,3 +272,12 @@ def test_it_needs_a_read_key(anonymous_api, make_key, live_server):
     with reporter:
         assert reporter.get("/sessions").status_code == 403
     assert anonymous_api.get("/sessions").status_code == 401
+
+
+def test_a_row_names_the_tools_of_its_latest_turns(api, report, monkeypatch):
+    monkeypatch.setattr(sessions, "TOOL_TURNS", 2)
+    report(*[tool(turn("long", f"turn {n}"), name, n) for n, name in enumerate(["old", "a", "b"])])
+
+    row = api.get("/sessions").json()["items"][0]
+
+    assert row["turns"] == 3 and row["tools"] == ["a", "b"]
