@@ -133,7 +133,7 @@ class MonitorOut(Schema):
         return traces_url(monitor, end - timedelta(minutes=monitor.window_minutes), end)
 
 
-class DeliveryOut(Schema):
+class AlertDeliveryOut(Schema):
     id: int
     channel: str
     status: str
@@ -160,7 +160,7 @@ class EventOut(Schema):
     trace_ids: list[str]
     silenced: bool = Field(description="Recorded during a silence: nothing was sent")
     traces_url: str
-    deliveries: list[DeliveryOut]
+    deliveries: list[AlertDeliveryOut]
 
     @staticmethod
     def resolve_monitor(event: MonitorEvent) -> str:
