@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.ares_site import conftest as browser_fixtures
+from tests.ares_site import test_accessibility
 from tests.ares_site.browser import assert_stayed_local
 from tests.traces_app.test_sessions_api import conversation_spans
 from traces_app.ingest.recording import record_invocations
@@ -21,6 +22,7 @@ browser = browser_fixtures.browser
 page = browser_fixtures.page
 staff_page = browser_fixtures.staff_page
 screenshot = browser_fixtures.screenshot
+axe = test_accessibility.axe
 
 
 @pytest.fixture
@@ -78,3 +80,19 @@ def test_an_operator_reads_a_session_and_follows_it_to_its_traces(
     page.wait_for_url("**/sessions/s-71/")
     assert dialogs == []
     assert_stayed_local(page, live_server)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_session_pages_have_no_serious_accessibility_violation(
+    staff_page: Any, live_server: Any, conversation: dict[str, Any], axe: Any, scheme: str
+) -> None:
+    staff_page.emulate_media(color_scheme=scheme)
+    failures = {}
+    for path in ("/sessions/", "/sessions/s-71/"):
+        staff_page.goto(f"{live_server.url}{path}")
+        staff_page.wait_for_load_state("load")
+        found = test_accessibility.violations(axe, staff_page)
+        problems = test_accessibility.blocking(staff_page, found)
+        if problems:
+            failures[path] = problems
+    assert failures == {}
