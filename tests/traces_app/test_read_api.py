@@ -211,6 +211,8 @@ def test_it_shows_a_span_with_every_field(api, report, span):
         coercions=['expression: number 12 -> string "12"'],
         tool_type="function",
         tool_description="Evaluate an arithmetic expression.",
+        result_reduction="truncated",
+        result_tokens_dropped=2,
     )
     report(sent)
 
