@@ -74,6 +74,8 @@ def pages() -> list[tuple[str, str]]:
         ("evidence", "evidence", [], ""),
         ("spirals", "spirals", [], ""),
         ("spiral detail", "spiral-detail", [spiral.pk if spiral else 0], ""),
+        ("chains", "chains", [], ""),
+        ("chains 7 days", "chains", [], "?range=7d"),
         ("sessions", "sessions", [], ""),
         ("sessions 7 days", "sessions", [], "?range=7d"),
         ("session detail", "session-detail", [session.session_id if session else "-"], ""),
