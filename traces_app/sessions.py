@@ -49,6 +49,10 @@ MAX_TOOL_CALLS = 5000
 TOOLS_PER_ROW = 8
 # A list row names the tools of its session's latest turns in the range, this many.
 TOOL_TURNS = 20
+# The default order finds a page's sessions by walking the newest traces, WALK_CHUNK at a
+# time, giving up (and summing every trace of the range) after WALK_CHUNKS of them.
+WALK_CHUNK = 1000
+WALK_CHUNKS = 10
 
 
 @dataclass(frozen=True)
@@ -170,16 +174,85 @@ def session_rows(filters: SessionFilters, limit: int, after: str | None = None) 
         .annotate(**_session_totals())
         .annotate(tokens=Sum("input_tokens", default=0) + Sum("output_tokens", default=0))
     )
-    if after:
-        value, session_id = _decode_cursor(after, key)
-        groups = groups.filter(
-            Q(**{f"{column}__lt": value}) | Q(**{column: value, "session_id__lt": session_id})
+    cursor = _decode_cursor(after, key) if after else None
+    latest = _latest_sessions(filters, limit + 1, cursor) if filters.sort == "-last" else None
+    if latest is not None:  # the page's sessions are known: sum only theirs
+        found = sorted(
+            groups.filter(session_id__in=latest),
+            key=lambda group: (group["last_at"], group["session_id"]),
+            reverse=True,
         )
-    found = list(groups.order_by(f"-{column}", "-session_id")[: limit + 1])
+    else:
+        if cursor is not None:
+            value, session_id = cursor
+            groups = groups.filter(
+                Q(**{f"{column}__lt": value}) | Q(**{column: value, "session_id__lt": session_id})
+            )
+        found = list(groups.order_by(f"-{column}", "-session_id")[: limit + 1])
     rows = [_row(group) for group in found[:limit]]
     _add_tools_and_spirals(rows, filters)
     more = len(found) > limit
     return SessionPage(rows, _encode_cursor(found[limit - 1], key) if more else None)
+
+
+def _latest_sessions(
+    filters: SessionFilters, count: int, cursor: tuple[datetime, str] | None
+) -> list[str] | None:
+    """Return the `count` sessions of latest activity (after the cursor), or None if costly.
+
+    Walks the range's traces newest first (index trace_started) and notes each session the
+    first time it appears: its latest turn. So the default order needs the newest few
+    traces, not a sum over every trace of the range. After a cursor (last_at, id), the
+    walk starts at last_at and leaves out the sessions with a later turn (earlier pages).
+    None after WALK_CHUNKS chunks of traces: the caller then sums every trace of the range.
+    """
+    traces = filtered_traces(filters)
+    if cursor is not None:
+        traces = traces.filter(started_at__lte=cursor[0])
+    first_seen: dict[str, datetime] = {}
+    kept: dict[str, datetime] = {}
+    position: tuple[datetime, str] | None = None
+    for _ in range(WALK_CHUNKS):
+        chunk = traces.order_by("-started_at", "-pk")
+        if position is not None:
+            moment, pk = position
+            chunk = chunk.filter(Q(started_at__lt=moment) | Q(started_at=moment, pk__lt=pk))
+        rows = list(chunk.values_list("started_at", "pk", "session_id")[:WALK_CHUNK])
+        new = {}
+        for started_at, _, session_id in rows:
+            if session_id not in first_seen:
+                first_seen[session_id] = new[session_id] = started_at
+        kept.update(_after_cursor(new, filters, cursor))
+        ordered = sorted(kept.items(), key=lambda item: (item[1], item[0]), reverse=True)
+        # Done at the range's end, or when the page is full and no older trace can bring a
+        # session as late as its last one.
+        full = len(ordered) >= count and rows[-1][0] < ordered[count - 1][1]
+        if len(rows) < WALK_CHUNK or full:
+            return [session_id for session_id, _ in ordered[:count]]
+        position = rows[-1][:2]
+    return None
+
+
+def _after_cursor(
+    new: dict[str, datetime], filters: SessionFilters, cursor: tuple[datetime, str] | None
+) -> dict[str, datetime]:
+    """Return the newly seen sessions that come after the cursor (all of them without one)."""
+    if cursor is None or not new:
+        return new
+    value, cursor_id = cursor
+    later = (
+        filtered_traces(filters)
+        .filter(session_id__in=list(new), started_at__gt=value)
+        .order_by()
+        .values_list("session_id", flat=True)
+        .distinct()
+    )
+    earlier_pages = set(later)
+    return {
+        session_id: seen
+        for session_id, seen in new.items()
+        if session_id not in earlier_pages and (seen < value or session_id < cursor_id)
+    }
 
 
 def _row(group: dict[str, Any]) -> SessionRow:
