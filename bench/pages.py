@@ -77,6 +77,7 @@ def pages() -> list[tuple[str, str]]:
         ("chains", "chains", [], ""),
         ("chains 7 days", "chains", [], "?range=7d"),
         ("sessions", "sessions", [], ""),
+        ("monitors", "monitors", [], ""),
         ("sessions 7 days", "sessions", [], "?range=7d"),
         ("session detail", "session-detail", [session.session_id if session else "-"], ""),
     ]

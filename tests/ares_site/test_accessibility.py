@@ -70,6 +70,7 @@ def pages() -> list[str]:
         "/planner/versions/1/",
         "/proposals/",
         f"/proposals/{proposal}/",
+        "/monitors/",
         "/sandbox/",
         "/admin/",
         "/admin/planner_app/intentrule/",
