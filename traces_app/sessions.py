@@ -18,8 +18,7 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any
 
-from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 
 from traces_app.http.paging import BadCursor, SortKey, keyset_page
 from traces_app.models import (
@@ -84,6 +83,8 @@ class SessionRow:
     tool_calls: int
     tools: set[str] = field(default_factory=set)  # of its latest TOOL_TURNS turns
     spirals: int = 0
+    # Its traces in the range, newest first (the first TOOL_TURNS are its latest turns).
+    trace_ids: list[str] = field(default_factory=list, repr=False)
 
     @property
     def tokens(self) -> int:
@@ -145,6 +146,18 @@ def _named(group: dict[str, Any]) -> dict[str, Any]:
     return named
 
 
+def _trace_range(prefix: str, filters: SessionFilters) -> dict[str, Any]:
+    """Return the lookups of the filters' traces, seen through `prefix` (a relation)."""
+    lookups: dict[str, Any] = {}
+    if filters.since is not None:
+        lookups[f"{prefix}started_at__gte"] = filters.since
+    if filters.until is not None:
+        lookups[f"{prefix}started_at__lt"] = filters.until
+    if filters.agent:
+        lookups[f"{prefix}agent"] = filters.agent
+    return lookups
+
+
 def filtered_traces(filters: SessionFilters) -> QuerySet:
     """Return the traces with a session that the filters keep."""
     traces = Trace.objects.exclude(session_id="")
@@ -178,8 +191,8 @@ def session_rows(filters: SessionFilters, limit: int, after: str | None = None) 
     latest = _latest_sessions(filters, limit + 1, cursor) if filters.sort == "-last" else None
     if latest is not None:  # the page's sessions are known: sum only theirs
         found = sorted(
-            groups.filter(session_id__in=latest),
-            key=lambda group: (group["last_at"], group["session_id"]),
+            _summed_rows(filters, latest),
+            key=lambda row: (row.last_at, row.session_id),
             reverse=True,
         )
     else:
@@ -188,8 +201,13 @@ def session_rows(filters: SessionFilters, limit: int, after: str | None = None) 
             groups = groups.filter(
                 Q(**{f"{column}__lt": value}) | Q(**{column: value, "session_id__lt": session_id})
             )
-        found = list(groups.order_by(f"-{column}", "-session_id")[: limit + 1])
-    rows = [_row(group) for group in found[:limit]]
+        ids = [
+            group["session_id"]
+            for group in groups.order_by(f"-{column}", "-session_id")[: limit + 1]
+        ]
+        summed = {row.session_id: row for row in _summed_rows(filters, ids)}
+        found = [summed[session_id] for session_id in ids]
+    rows = found[:limit]
     _add_tools_and_spirals(rows, filters)
     more = len(found) > limit
     return SessionPage(rows, _encode_cursor(found[limit - 1], key) if more else None)
@@ -255,15 +273,36 @@ def _after_cursor(
     }
 
 
+# The attribute of a SessionRow that each sort's aggregate is.
+ROW_VALUES = {"sum_cost": "cost_usd"}
+
+
+def _summed_rows(filters: SessionFilters, session_ids: list[str]) -> list[SessionRow]:
+    """Return the rows of these sessions, summed over their traces in the range.
+
+    Two reads of those traces (index trace_session_started): the sums in SQL, then their
+    ids newest first, which give each session's latest TOOL_TURNS turns (for its tools)
+    and its spirals. Moments are not read row by row: converting thousands of them cost
+    more than the queries.
+    """
+    traces = filtered_traces(filters).filter(session_id__in=session_ids)
+    groups = traces.order_by().values("session_id").annotate(**_session_totals())
+    rows = {group["session_id"]: _row(group) for group in groups}
+    newest = traces.order_by("-started_at", "-pk").values_list("trace_id", "session_id")
+    for trace_id, session_id in newest:
+        rows[session_id].trace_ids.append(trace_id)
+    return list(rows.values())
+
+
 def _row(group: dict[str, Any]) -> SessionRow:
     named = _named(group)
-    return SessionRow(
-        **{name: named[name] for name in SessionRow.__dataclass_fields__ if name in named}
-    )
+    fields = SessionRow.__dataclass_fields__
+    return SessionRow(**{name: value for name, value in named.items() if name in fields})
 
 
-def _encode_cursor(group: dict[str, Any], key: SortKey) -> str:
-    token = f"{key.encode(group[key.field])}|{group['session_id']}".encode()
+def _encode_cursor(row: SessionRow, key: SortKey) -> str:
+    value = getattr(row, ROW_VALUES.get(key.field, key.field))
+    token = f"{key.encode(value)}|{row.session_id}".encode()
     return base64.urlsafe_b64encode(token).decode()
 
 
@@ -284,13 +323,7 @@ def _add_tools_and_spirals(rows: list[SessionRow], filters: SessionFilters) -> N
     if not rows:
         return
     by_id = {row.session_id: row for row in rows}
-    traces = filtered_traces(filters).filter(session_id__in=list(by_id))
-    newest = Window(RowNumber(), partition_by=F("session_id"), order_by=F("started_at").desc())
-    latest = dict(
-        traces.annotate(position=newest)
-        .filter(position__lte=TOOL_TURNS)
-        .values_list("trace_id", "session_id")
-    )
+    latest = {trace_id: row for row in rows for trace_id in row.trace_ids[:TOOL_TURNS]}
     pairs = (
         Invocation.objects.filter(trace_id__in=list(latest), kind=SpanKind.TOOL)
         .order_by()
@@ -298,15 +331,20 @@ def _add_tools_and_spirals(rows: list[SessionRow], filters: SessionFilters) -> N
         .distinct()
     )
     for trace_id, tool_name in pairs:
-        by_id[latest[trace_id]].tools.add(tool_name)
-    spirals = (
-        FailureSpiral.objects.filter(trace__in=traces)
-        .order_by()
-        .values("trace__session_id")
-        .annotate(count=Count("pk"))
-    )
-    for group in spirals:
-        by_id[group["trace__session_id"]].spirals = group["count"]
+        latest[trace_id].tools.add(tool_name)
+    if filters.since is None:
+        found = FailureSpiral.objects.filter(
+            trace__session_id__in=list(by_id), **_trace_range("trace__", filters)
+        )
+        spirals = found.order_by().values_list("trace_id", flat=True)
+    else:  # a spiral starts in its trace: the few of the range, not the sessions' traces
+        spirals = FailureSpiral.objects.filter(started_at__gte=filters.since).values_list(
+            "trace_id", flat=True
+        )
+    session_of = {trace_id: row for row in rows for trace_id in row.trace_ids}
+    for trace_id in spirals.order_by():
+        if trace_id in session_of:
+            session_of[trace_id].spirals += 1
 
 
 # One session ------------------------------------------------------------------------------
