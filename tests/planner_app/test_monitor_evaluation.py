@@ -212,3 +212,18 @@ def test_a_tool_only_an_outside_agent_reported_can_be_watched(client: Any) -> No
     send(client, calls(1, tool="their_lookup"))
     assert monitor_problems({"metric": "calls", "scope": "tool", "target": "their_lookup",
                              "threshold": 1}) == {}  # fmt: skip
+
+
+def test_a_capability_monitor_reads_the_tools_serving_it(client: Any, default_rules: None) -> None:
+    send(client, calls(2, status="error", tool="hash_tool") + calls(2, tool="calculator"))
+    hashing = monitor(scope="capability", target="Hashing", threshold=0.5)
+    summing = monitor(scope="capability", target="Summation", threshold=0.5)
+    assert (measure(hashing, NOW).value, measure(summing, NOW).value) == (1.0, 0.0)
+    event = evaluate(hashing, NOW)
+    assert event is not None and "capability Hashing" in event.message
+    assert (
+        measure(
+            monitor(metric="score_drop", scope="capability", target="Hashing", threshold=0), NOW
+        ).value
+        is None
+    )  # nothing in the window before
