@@ -10,7 +10,7 @@ from django.utils import timezone
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
-from traces_app import chains
+from traces_app import tool_chains as chains
 from traces_app.http.auth import key_or_staff
 from traces_app.http.errors import responses
 from traces_app.schemas import NAME_PATTERN, FilterMoment

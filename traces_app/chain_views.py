@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from traces_app import chains
+from traces_app import tool_chains as chains
 from traces_app.chain_api import OFTEN_FAILING_RANKING
 from traces_app.forms import error_messages
 from traces_app.models import ToolRollup

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from traces_app import chains
+from traces_app import tool_chains as chains
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
