@@ -17,6 +17,7 @@ from django.conf import settings
 from planner_app.monitors.records import Delivery, Monitor, MonitorEvent, Scope
 
 PAYLOAD_VERSION = 1
+TEST_MESSAGE = "A test notification from ARES Console: this channel works."
 _MAX_TRACE_LINKS = 5
 _HEADLINE = {
     MonitorEvent.Kind.FIRED: "FIRING",
@@ -140,7 +141,7 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def test_webhook_body(channel_name: str, sent_at: datetime) -> dict[str, Any]:
+def channel_test_body(channel_name: str, sent_at: datetime) -> dict[str, Any]:
     """Return the body of a test notification: the shape of an event, with no event."""
     return {
         "type": "ares.test",
@@ -154,10 +155,7 @@ def test_webhook_body(channel_name: str, sent_at: datetime) -> dict[str, Any]:
     }
 
 
-def test_slack_body() -> dict[str, Any]:
+def channel_test_slack_body() -> dict[str, Any]:
     """Return the Slack body of a test notification."""
     text = f"*[ARES] TEST*\n{TEST_MESSAGE}\n<{site_link('/monitors/')}|Monitors>"
     return {"text": text, "unfurl_links": False}
-
-
-TEST_MESSAGE = "A test notification from ARES Console: this channel works."

@@ -91,8 +91,8 @@ def send_test(channel: NotificationChannel, now: datetime) -> SendResult:
     if channel.kind == NotificationChannel.Kind.EMAIL:
         return _mail(channel, "[ARES] TEST: " + channel.name, payloads.TEST_MESSAGE + "\n")
     if channel.kind == NotificationChannel.Kind.SLACK:
-        return post_json(channel.url, payloads.test_slack_body(), {})
-    body = payloads.encode(payloads.test_webhook_body(channel.name, now))
+        return post_json(channel.url, payloads.channel_test_slack_body(), {})
+    body = payloads.encode(payloads.channel_test_body(channel.name, now))
     headers = {
         SIGNATURE_HEADER: signature(signing_secret(channel), body),
         "X-Ares-Delivery": "test",
