@@ -206,7 +206,8 @@ def session_rows(filters: SessionFilters, limit: int, after: str | None = None) 
             for group in groups.order_by(f"-{column}", "-session_id")[: limit + 1]
         ]
         summed = {row.session_id: row for row in _summed_rows(filters, ids)}
-        found = [summed[session_id] for session_id in ids]
+        # A session purged between the two reads is left out.
+        found = [summed[session_id] for session_id in ids if session_id in summed]
     rows = found[:limit]
     _add_tools_and_spirals(rows, filters)
     more = len(found) > limit
@@ -244,8 +245,9 @@ def _latest_sessions(
         ordered = sorted(kept.items(), key=lambda item: (item[1], item[0]), reverse=True)
         # Done at the range's end, or when the page is full and no older trace can bring a
         # session as late as its last one.
-        full = len(ordered) >= count and rows[-1][0] < ordered[count - 1][1]
-        if len(rows) < WALK_CHUNK or full:
+        if len(rows) < WALK_CHUNK or (
+            len(ordered) >= count and rows[-1][0] < ordered[count - 1][1]
+        ):
             return [session_id for session_id, _ in ordered[:count]]
         position = rows[-1][:2]
     return None
@@ -290,7 +292,8 @@ def _summed_rows(filters: SessionFilters, session_ids: list[str]) -> list[Sessio
     rows = {group["session_id"]: _row(group) for group in groups}
     newest = traces.order_by("-started_at", "-pk").values_list("trace_id", "session_id")
     for trace_id, session_id in newest:
-        rows[session_id].trace_ids.append(trace_id)
+        if session_id in rows:  # not a session whose first turn arrived between the reads
+            rows[session_id].trace_ids.append(trace_id)
     return list(rows.values())
 
 
