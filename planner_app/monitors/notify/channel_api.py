@@ -67,7 +67,6 @@ class CreatedChannelOut(ChannelOut):
         description="Webhooks: the HMAC key of X-Ares-Signature. Shown now; keep it"
     )
 
-
     @staticmethod
     def resolve_signing_secret(channel: NotificationChannel) -> str | None:
         webhook = channel.kind == NotificationChannel.Kind.WEBHOOK
