@@ -10,6 +10,9 @@ and every try of a delivery is a DeliveryAttempt.
 
 from __future__ import annotations
 
+import secrets
+from typing import Any
+
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
@@ -150,6 +153,12 @@ class NotificationChannel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save, giving the channel a salt first if it has none (however it was created)."""
+        if not self.secret_salt:
+            self.secret_salt = secrets.token_hex(16)
+        super().save(*args, **kwargs)
 
 
 class Delivery(models.Model):
