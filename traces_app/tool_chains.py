@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import combinations
+from typing import NamedTuple
 
 from traces_app.models import Invocation, SpanKind, SpanStatus, Trace
 from traces_app.rollups.histogram import percentile_cont
@@ -118,13 +119,10 @@ class ChainReport:
     often_failing: list[OftenFailing]
 
 
-@dataclass(frozen=True)
-class _Span:
+class _Span(NamedTuple):
     trace_id: str
     tool_name: str
     status: str
-    started_at: datetime
-    span_id: str
     result_tokens: int
     result_reduction: str
     result_tokens_dropped: int
@@ -184,18 +182,22 @@ def _sampled_traces(since: datetime, until: datetime, max_traces: int) -> tuple[
 
 
 def _tool_spans(trace_ids: Sequence[str]) -> dict[str, list[_Span]]:
-    """Return the tool spans of the traces, each trace's in time order."""
-    fields = [name for name in _Span.__dataclass_fields__]
+    """Return the tool spans of the traces, each trace's in time order.
+
+    Ordered by the database and read without their times: making 10,000 time-zone-aware
+    datetimes costs more than the query itself.
+    """
     by_trace: dict[str, list[_Span]] = defaultdict(list)
     for start in range(0, len(trace_ids), 1000):  # SQLite's limit on a query's parameters
-        rows = Invocation.objects.filter(
-            trace_id__in=trace_ids[start : start + 1000], kind=SpanKind.TOOL
-        ).values_list(*fields)
+        rows = (
+            Invocation.objects.filter(
+                trace_id__in=trace_ids[start : start + 1000], kind=SpanKind.TOOL
+            )
+            .order_by("trace_id", "started_at", "span_id")
+            .values_list(*_Span._fields)
+        )
         for row in rows:
-            span = _Span(*row)
-            by_trace[span.trace_id].append(span)
-    for found in by_trace.values():
-        found.sort(key=lambda span: (span.started_at, span.span_id))
+            by_trace[row[0]].append(_Span._make(row))
     return by_trace
 
 
