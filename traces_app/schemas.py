@@ -209,6 +209,13 @@ FilterMoment = Annotated[datetime, BeforeValidator(_iso_date_time), AfterValidat
 """A read filter's moment: an ISO 8601 date-time, read as UTC without a zone, in UTC after."""
 
 
+class DeletedOut(Schema):
+    """What a DELETE answers: the id and name of what is gone."""
+
+    deleted: int
+    name: str
+
+
 class FieldError(Schema):
     field: str
     reason: str

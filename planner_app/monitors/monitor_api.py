@@ -11,7 +11,7 @@ import math
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError, ValidationError
@@ -31,7 +31,7 @@ from planner_app.monitors.records import (
 from traces_app.http.auth import key_or_staff
 from traces_app.http.errors import WITH_BODY, ErrorOut, responses
 from traces_app.models import ApiKey
-from traces_app.schemas import FilterMoment
+from traces_app.schemas import DeletedOut, FilterMoment
 
 router = Router(tags=["monitors"])
 MetricName = Literal[tuple(Metric.values)]  # type: ignore[valid-type]
@@ -243,10 +243,11 @@ def edit_monitor(request: HttpRequest, monitor_id: int, payload: MonitorPatch) -
         _refuse({exc.field: exc.reason})
 
 
-@router.delete("/monitors/{monitor_id}", auth=READ, response={204: None, **responses(None, 404)})
-def delete_monitor(request: HttpRequest, monitor_id: int) -> HttpResponse:
-    _found(monitor_id).delete()
-    return HttpResponse(status=204)
+@router.delete("/monitors/{monitor_id}", auth=READ, response=responses(DeletedOut, 404))
+def delete_monitor(request: HttpRequest, monitor_id: int) -> dict[str, Any]:
+    monitor = _found(monitor_id)
+    monitor.delete()
+    return {"deleted": monitor_id, "name": monitor.name}
 
 
 @router.post(

@@ -161,7 +161,9 @@ def test_it_silences_and_unsilences(monitors_api: httpx.Client) -> None:
 
 def test_it_deletes_and_answers_404_after(monitors_api: httpx.Client) -> None:
     created = monitors_api.post("/monitors", json=ERRORS).json()
-    assert monitors_api.delete(f"/monitors/{created['id']}").status_code == 204
+    deleted = monitors_api.delete(f"/monitors/{created['id']}")
+    assert deleted.status_code == 200
+    assert deleted.json() == {"deleted": created["id"], "name": created["name"]}
     assert monitors_api.get(f"/monitors/{created['id']}").status_code == 404
     assert monitors_api.get(f"/monitors/{created['id']}/events").status_code == 404
 

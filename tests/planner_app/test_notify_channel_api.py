@@ -138,7 +138,8 @@ def test_it_edits_and_deletes_a_channel(channels: httpx.Client, receiver: HttpRe
     assert channels.patch(f"/channels/{pk}", json={"url": None}).status_code == 422
     assert channels.patch(f"/channels/{pk}", json={"url": "nope"}).status_code == 422
     assert [c["name"] for c in channels.get("/channels").json()] == ["a2", "b"]
-    assert channels.delete(f"/channels/{pk}").status_code == 204
+    deleted = channels.delete(f"/channels/{pk}")
+    assert deleted.status_code == 200 and deleted.json() == {"deleted": pk, "name": "a2"}
     assert channels.get(f"/channels/{pk}").status_code == 404
     assert channels.post(f"/channels/{pk}/test").json()["detail"] == f"no channel #{pk}"
 

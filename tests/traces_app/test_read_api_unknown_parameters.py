@@ -19,6 +19,8 @@ PATH_VALUES = {
     "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
     "proposal_id": "1",
     "session_id": "s-1",
+    "monitor_id": "1",
+    "channel_id": "1",
 }
 READ_ENDPOINTS = [
     (path.removeprefix("/api/v1"), operation)

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError, ValidationError
@@ -24,6 +24,7 @@ from planner_app.monitors.notify.signing import ensure_salt, signing_secret
 from planner_app.monitors.records import Delivery, NotificationChannel
 from traces_app.http.auth import key_or_staff
 from traces_app.http.errors import WITH_BODY, responses
+from traces_app.schemas import DeletedOut
 
 router = Router(tags=["notification channels"])
 KindName = Literal[tuple(NotificationChannel.Kind.values)]  # type: ignore[valid-type]
@@ -163,10 +164,11 @@ def edit_channel(request: HttpRequest, channel_id: int, payload: ChannelFields) 
     return channel
 
 
-@router.delete("/channels/{channel_id}", auth=AUTH, response={204: None, **responses(None, 404)})
-def delete_channel(request: HttpRequest, channel_id: int) -> HttpResponse:
-    _found(channel_id).delete()
-    return HttpResponse(status=204)
+@router.delete("/channels/{channel_id}", auth=AUTH, response=responses(DeletedOut, 404))
+def delete_channel(request: HttpRequest, channel_id: int) -> dict[str, Any]:
+    channel = _found(channel_id)
+    channel.delete()
+    return {"deleted": channel_id, "name": channel.name}
 
 
 @router.post(
