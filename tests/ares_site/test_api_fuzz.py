@@ -12,6 +12,7 @@ SQLite and on PostgreSQL in CI's two passes. Every operation is fuzzed; nothing 
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -38,14 +39,24 @@ FINDINGS: dict[str, list[str]] = defaultdict(list)
 
 
 @pytest.fixture
-def local_only(settings: Any) -> None:
+def local_only(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep every tool the fuzzer can reach on this machine.
 
     http_request may reach any public address (it refuses only private ones), so it is
     switched off as an operator would: a call answers "disabled". web_search without
     ARES_SEARXNG_URL only says it is not configured. No agent exists, so /chat answers
-    404 (and without ARES_LLM_BASE_URL no LLM could be called anyway).
+    404 (and without ARES_LLM_BASE_URL no LLM could be called anyway). A webhook channel
+    the fuzzer creates could name a public host: no name but loopback's resolves, so its
+    URL is refused (422) and nothing is ever sent out, not even a DNS query.
     """
+    real_getaddrinfo = socket.getaddrinfo
+
+    def loopback_only(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", loopback_only)
     settings.ARES_SEARXNG_URL = ""
     settings.ARES_LLM_BASE_URL = ""
     ToolSetting.objects.create(name="http_request", enabled=False)
