@@ -50,3 +50,14 @@ def test_bad_cut_fields_are_refused_naming_the_field(
     assert response.json()["rejected"] == 1
     assert field in problem(response)
     assert not Invocation.objects.exists()
+
+
+def test_the_trace_page_says_what_the_budget_cut(
+    report: Callable[..., httpx.Response], span: Callable[..., dict], admin_client: Any
+) -> None:
+    cut, whole = span(result_reduction="omitted", result_tokens_dropped=812), span()
+    whole["trace_id"] = cut["trace_id"]
+    report(cut, whole)
+    html = admin_client.get(f"/traces/{cut['trace_id']}/").content.decode()
+    assert html.count('class="budget-cut"') == 1
+    assert "Left out (the budget was spent): 812 tokens not shown to the model" in html
