@@ -68,6 +68,7 @@ CORE = (
     "planner_app.agents.loop_events",
     "planner_app.agents.spiral_breaker",
     "planner_app.agents.planner_fallback",
+    "planner_app.agents.recall",
     "planner_app.agents.replay_guard",
     "planner_app.agents.task_records",
     "planner_app.agents.replay_guard",
