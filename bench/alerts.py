@@ -8,7 +8,8 @@ for the webhook that says the monitor fired; then it sends a succeeding span aft
 window and waits for the one that says it resolved. The monitors are evaluated at the
 shipped interval (ARES_MONITORS_EVERY_S, 60 s), so a figure is the wait for the next
 evaluation plus the evaluation and the send: expect it to lie between 0 and 60 s and
-more.
+a little more. Each span is sent at a random moment of the evaluation period (seeded),
+so the figures sample the whole wait rather than one phase of it.
 
     .venv/bin/python bench/alerts.py [--setup default|celery|both] [--trials 3]
         [--postgres-url postgres://...] [--broker redis://127.0.0.1:6379/9]
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import queue
+import random
 import secrets
 import signal
 import socket
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 WINDOW_MINUTES = 1
+EVERY_S = 60.0  # ARES_MONITORS_EVERY_S as shipped
 
 
 def parse_args() -> argparse.Namespace:
@@ -179,14 +182,17 @@ def run_setup(setup: str, database_url: str, trials: int) -> list[tuple[float, f
     env = {**os.environ, "DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1"}
     headers = {"Authorization": f"Bearer {raw_key}"}
     figures = []
+    rng = random.Random(26)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}/api/v1", headers=headers, timeout=30)
     with site_processes(setup, port, folder, env), client:
         wait_for_site(client)
         for trial in range(1, trials + 1):
+            time.sleep(rng.uniform(0, EVERY_S))  # a random moment of the evaluation period
             sent = time.monotonic()
             client.post("/invocations", json={"invocations": [span("error")]}).raise_for_status()
             fired = wait_for_kind(receiver, "fired", 300)
-            time.sleep(WINDOW_MINUTES * 60 + 1)  # the failing span leaves the window
+            # The failing span leaves the window, then a random moment of the period.
+            time.sleep(WINDOW_MINUTES * 60 + 1 + rng.uniform(0, EVERY_S))
             healed = time.monotonic()
             client.post("/invocations", json={"invocations": [span("ok")]}).raise_for_status()
             resolved = wait_for_kind(receiver, "resolved", 300)
