@@ -15,6 +15,7 @@ from planner_app import ruleset_versions
 from planner_app.demo_tools import register_demo_tools
 from planner_app.models import IntentRule, RuleSetVersion
 from tests.planner_app.fake_llm import FakeLlm
+from tests.planner_app.receivers import HttpReceiver
 from tools_app import site_engine
 from tools_app.models import McpServer
 from tools_app.specs import ToolSpec
@@ -136,3 +137,11 @@ def time_server(settings: Any) -> Iterator[None]:
     )  # fmt: skip
     yield
     site_engine.shutdown()
+
+
+@pytest.fixture
+def receiver() -> Iterator[HttpReceiver]:
+    """A webhook receiver on loopback (tests/planner_app/receivers.py), stopped after."""
+    server = HttpReceiver().start()
+    yield server
+    server.stop()

@@ -19,6 +19,11 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
+# The periodic jobs of monitors every second, webhooks to loopback allowed: for a beat or a
+# worker started by a test.
+EVERY_SECOND = {"ARES_MONITORS_EVERY_S": "1", "ARES_NOTIFY_EVERY_S": "1",
+                "ARES_NOTIFY_ALLOW_PRIVATE": "1"}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Received:

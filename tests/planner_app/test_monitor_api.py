@@ -29,11 +29,10 @@ def monitors_api(live_server: Any, make_key: Callable[..., str]) -> Iterator[htt
 
 
 @pytest.fixture
-def receiver(settings: Any) -> Iterator[HttpReceiver]:
+def receiver(settings: Any, receiver: HttpReceiver) -> HttpReceiver:
+    """The receiver, with webhooks to loopback allowed."""
     settings.ARES_NOTIFY_ALLOW_PRIVATE = True
-    server = HttpReceiver().start()
-    yield server
-    server.stop()
+    return receiver
 
 
 ERRORS = {"name": "calculator errors", "metric": "error_rate", "scope": "tool",

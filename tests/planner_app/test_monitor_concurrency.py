@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,11 +25,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def receiver(settings: Any) -> Iterator[HttpReceiver]:
+def receiver(settings: Any, receiver: HttpReceiver) -> HttpReceiver:
+    """The receiver, with webhooks to loopback allowed."""
     settings.ARES_NOTIFY_ALLOW_PRIVATE = True
-    server = HttpReceiver().start()
-    yield server
-    server.stop()
+    return receiver
 
 
 def _failing_monitor(receiver: HttpReceiver, at: datetime) -> Monitor:

@@ -3,7 +3,6 @@ and the links from an alert to the traces behind it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,11 +25,10 @@ HOSTILE = "<script>alert('x')</script> errors"
 
 
 @pytest.fixture
-def receiver(settings: Any) -> Iterator[HttpReceiver]:
+def receiver(settings: Any, receiver: HttpReceiver) -> HttpReceiver:
+    """The receiver, with webhooks to loopback allowed."""
     settings.ARES_NOTIFY_ALLOW_PRIVATE = True
-    server = HttpReceiver().start()
-    yield server
-    server.stop()
+    return receiver
 
 
 def test_a_firing_monitor_shows_its_alert_deliveries_and_traces(

@@ -5,45 +5,31 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from planner_app.monitors.records import Monitor
-from tests.conftest import ROOT, make_span, subprocess_env
+from tests.conftest import make_span, subprocess_env
 from tests.planner_app import notify_records
-from tests.planner_app.receivers import HttpReceiver
-from tests.traces_app.test_periodic_tasks import SHORT_INTERVALS, beat_process, stop, wait_for
+from tests.planner_app.receivers import EVERY_SECOND, HttpReceiver
+from tests.traces_app.test_periodic_tasks import (
+    SHORT_INTERVALS,
+    beat_process,
+    stop,
+    wait_for,
+    worker_process,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-EVERY_SECOND = {"ARES_MONITORS_EVERY_S": "1", "ARES_NOTIFY_EVERY_S": "1",
-                "ARES_NOTIFY_ALLOW_PRIVATE": "1"}  # fmt: skip
 
 
-@pytest.fixture
-def reporting(live_server: Any, make_key: Callable[..., str]) -> Iterator[httpx.Client]:
-    headers = {"Authorization": f"Bearer {make_key('report')}"}
-    with httpx.Client(base_url=f"{live_server.url}/api/v1", headers=headers, timeout=30) as client:
-        yield client
-
-
-@pytest.fixture
-def receiver() -> Iterator[HttpReceiver]:
-    server = HttpReceiver().start()
-    yield server
-    server.stop()
-
-
-def _failing(reporting: httpx.Client, receiver: HttpReceiver) -> Monitor:
+def _failing(api: httpx.Client, receiver: HttpReceiver) -> Monitor:
     """Send failing calls through the API; return a monitor of them notifying the receiver."""
     spans = [make_span(status="error", error_kind="timeout", error_message="slow")
              for _ in range(3)]  # fmt: skip
-    assert reporting.post("/invocations", json={"invocations": spans}).json()["accepted"] == 3
+    assert api.post("/invocations", json={"invocations": spans}).json()["accepted"] == 3
     watched = Monitor.objects.create(
         name="calculator errors", metric="error_rate", scope="tool", target="calculator",
         threshold=0.5, window_minutes=30,
@@ -61,9 +47,9 @@ def _fired_once(watched: Monitor, receiver: HttpReceiver, log: Path) -> None:
 
 
 def test_the_beat_alone_fires_a_monitor_and_notifies(
-    reporting: httpx.Client, receiver: HttpReceiver, tmp_path: Path
+    api: httpx.Client, receiver: HttpReceiver, tmp_path: Path
 ) -> None:
-    watched = _failing(reporting, receiver)
+    watched = _failing(api, receiver)
     log = tmp_path / "beat.log"
     with beat_process(log, **EVERY_SECOND):
         _fired_once(watched, receiver, log)
@@ -74,24 +60,19 @@ def test_the_beat_alone_fires_a_monitor_and_notifies(
 
 @pytest.mark.redis
 def test_with_celery_a_worker_fires_a_monitor_and_notifies(
-    reporting: httpx.Client, receiver: HttpReceiver, tmp_path: Path
+    api: httpx.Client, receiver: HttpReceiver, tmp_path: Path
 ) -> None:
     broker = os.environ.get("CELERY_TEST_BROKER_URL")
     if not broker:
         pytest.skip("set CELERY_TEST_BROKER_URL=redis://... to run against a real broker")
-    watched = _failing(reporting, receiver)
+    watched = _failing(api, receiver)
     beat_log, worker_log = tmp_path / "beat.log", tmp_path / "worker.log"
     env = subprocess_env(CELERY_BROKER_URL=broker, **SHORT_INTERVALS, **EVERY_SECOND)
-    with worker_log.open("w") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "ares_site", "worker", "--pool=solo",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            with beat_process(beat_log, CELERY_BROKER_URL=broker, **EVERY_SECOND):
-                _fired_once(watched, receiver, worker_log)
-        finally:
-            stop(worker)
+    worker = worker_process(worker_log, env)
+    try:
+        with beat_process(beat_log, CELERY_BROKER_URL=broker, **EVERY_SECOND):
+            _fired_once(watched, receiver, worker_log)
+    finally:
+        stop(worker)
     assert "evaluate_monitors_task" in worker_log.read_text()  # the worker ran it
     assert len(receiver.requests) == 1

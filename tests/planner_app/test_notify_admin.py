@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,13 +22,6 @@ CHANNELS = "/admin/planner_app/notificationchannel/"
 @pytest.fixture(autouse=True)
 def private_allowed(settings: Any) -> None:
     settings.ARES_NOTIFY_ALLOW_PRIVATE = True
-
-
-@pytest.fixture
-def receiver() -> Iterator[HttpReceiver]:
-    server = HttpReceiver().start()
-    yield server
-    server.stop()
 
 
 def add(client: Client, **fields: str) -> Any:

@@ -30,13 +30,6 @@ def channels(live_server: Any, make_key: Callable[..., str]) -> Iterator[httpx.C
         yield client
 
 
-@pytest.fixture
-def receiver() -> Iterator[HttpReceiver]:
-    server = HttpReceiver().start()
-    yield server
-    server.stop()
-
-
 def test_it_creates_a_webhook_and_answers_its_secret_once(
     channels: httpx.Client, receiver: HttpReceiver
 ) -> None:

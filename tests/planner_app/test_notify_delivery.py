@@ -26,13 +26,6 @@ def private_allowed(settings: Any) -> None:
 
 
 @pytest.fixture
-def receiver() -> Iterator[HttpReceiver]:
-    server = HttpReceiver().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def smtp(settings: Any) -> Iterator[SmtpReceiver]:
     server = SmtpReceiver().start()
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from planner_app.monitors.records import Delivery, DeliveryAttempt, Notification
 from tests.conftest import ROOT, subprocess_env
 from tests.planner_app import notify_records as make
 from tests.planner_app.receivers import HttpReceiver
-from tests.traces_app.test_periodic_tasks import stop
+from tests.traces_app.test_periodic_tasks import stop, worker_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 EVENTS = 25
@@ -37,13 +36,6 @@ while (batch := deliver_due()):
     tried += batch
 print(tried)
 """
-
-
-@pytest.fixture
-def receiver() -> Iterator[HttpReceiver]:
-    server = HttpReceiver().start()
-    yield server
-    server.stop()
 
 
 def pending_deliveries(url: str) -> set[str]:
@@ -105,29 +97,7 @@ def test_two_celery_workers_send_each_delivery_once(receiver: HttpReceiver, tmp_
     queue = f"test-notify-{os.getpid()}"
     logs = [tmp_path / f"worker-{n}.log" for n in (1, 2)]
     workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "ares_site",
-                "worker",
-                "--pool=solo",
-                "-Q",
-                queue,
-                "-n",
-                f"notify{n}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--loglevel=INFO",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        worker_process(log, env, "-Q", queue, "-n", f"notify{n}@%h")
         for n, log in enumerate(logs, 1)
     ]
     celery_app.conf.task_always_eager = False

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,22 +22,19 @@ import pytest
 from planner_app.monitors.evaluation import evaluate_monitors
 from planner_app.monitors.notify import delivery as queue
 from planner_app.monitors.records import Delivery, Monitor
-from tests.conftest import ROOT, make_span, subprocess_env
+from tests.conftest import make_span, subprocess_env
 from tests.planner_app import notify_records
 from tests.planner_app.monitor_spans import NOW, calls, monitor
-from tests.planner_app.receivers import HttpReceiver, SmtpReceiver
-from tests.traces_app.test_periodic_tasks import SHORT_INTERVALS, beat_process, stop, wait_for
+from tests.planner_app.receivers import EVERY_SECOND, HttpReceiver, SmtpReceiver
+from tests.traces_app.test_periodic_tasks import (
+    SHORT_INTERVALS,
+    beat_process,
+    stop,
+    wait_for,
+    worker_process,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-EVERY_SECOND = {"ARES_MONITORS_EVERY_S": "1", "ARES_NOTIFY_EVERY_S": "1",
-                "ARES_NOTIFY_ALLOW_PRIVATE": "1"}  # fmt: skip
-
-
-@pytest.fixture
-def reporting(live_server: Any, make_key: Callable[..., str]) -> Iterator[httpx.Client]:
-    headers = {"Authorization": f"Bearer {make_key('report')}"}
-    with httpx.Client(base_url=f"{live_server.url}/api/v1", headers=headers, timeout=30) as client:
-        yield client
 
 
 @pytest.fixture
@@ -53,8 +48,8 @@ def receivers(settings: Any) -> Iterator[tuple[HttpReceiver, SmtpReceiver]]:
     smtp.stop()
 
 
-def report(reporting: httpx.Client, spans: list[dict[str, Any]]) -> None:
-    answer = reporting.post("/invocations", json={"invocations": spans})
+def report(api: httpx.Client, spans: list[dict[str, Any]]) -> None:
+    answer = api.post("/invocations", json={"invocations": spans})
     assert answer.json()["accepted"] == len(spans), answer.text
 
 
@@ -64,14 +59,14 @@ def watched_by_both(hook: HttpReceiver, smtp: SmtpReceiver, **fields: Any) -> Mo
 
 
 def test_each_transition_reaches_the_webhook_and_the_mailbox_once(
-    reporting: httpx.Client, receivers: tuple[HttpReceiver, SmtpReceiver]
+    api: httpx.Client, receivers: tuple[HttpReceiver, SmtpReceiver]
 ) -> None:
     hook, smtp = receivers
     watched = watched_by_both(hook, smtp, renotify_minutes=30)
     steps = [(NOW, "error"), (NOW + timedelta(minutes=40), "error"),
              (NOW + timedelta(minutes=80), "ok")]  # fmt: skip
     for at, status in steps:
-        report(reporting, calls(4, status=status, at=at))
+        report(api, calls(4, status=status, at=at))
         evaluate_monitors(at)  # commits the event; its deliveries are tried at once
         evaluate_monitors(at + timedelta(seconds=30))  # no new transition: nothing sent
 
@@ -87,15 +82,15 @@ def test_each_transition_reaches_the_webhook_and_the_mailbox_once(
 
 
 def test_a_silenced_monitor_notifies_nobody_then_reminds_after_the_silence(
-    reporting: httpx.Client, receivers: tuple[HttpReceiver, SmtpReceiver]
+    api: httpx.Client, receivers: tuple[HttpReceiver, SmtpReceiver]
 ) -> None:
     hook, smtp = receivers
     watched = watched_by_both(hook, smtp, renotify_minutes=0)
     Monitor.objects.filter(pk=watched.pk).update(silenced_until=NOW + timedelta(minutes=5))
-    report(reporting, calls(4, status="error", at=NOW))
+    report(api, calls(4, status="error", at=NOW))
     evaluate_monitors(NOW)
     assert Delivery.objects.count() == 0
-    report(reporting, calls(4, status="error", at=NOW + timedelta(minutes=6)))
+    report(api, calls(4, status="error", at=NOW + timedelta(minutes=6)))
     evaluate_monitors(NOW + timedelta(minutes=6))  # silence over, still firing: a reminder
     assert [json.loads(r.body)["event"]["kind"] for r in hook.wait_for(1)] == ["reminder"]
     assert [m["Subject"] for m in smtp.wait_for(1)] == [f"[ARES] STILL FIRING: {watched.name}"]
@@ -107,10 +102,10 @@ def _spans_failing_now() -> list[dict[str, Any]]:
 
 
 def _notified_in(
-    reporting: httpx.Client, hook: HttpReceiver, smtp: SmtpReceiver, log: Path
+    api: httpx.Client, hook: HttpReceiver, smtp: SmtpReceiver, log: Path
 ) -> tuple[float, float]:
     """POST failing spans; return the seconds from their answer to the webhook and the email."""
-    report(reporting, _spans_failing_now())
+    report(api, _spans_failing_now())
     stored = time.monotonic()
     wait_for(lambda: len(hook.requests) >= 1, log)
     to_hook = time.monotonic() - stored
@@ -119,7 +114,7 @@ def _notified_in(
 
 
 def test_on_the_default_setup_the_beat_notifies_the_webhook_and_the_mailbox_once(
-    reporting: httpx.Client, receivers: tuple[HttpReceiver, SmtpReceiver], tmp_path: Path
+    api: httpx.Client, receivers: tuple[HttpReceiver, SmtpReceiver], tmp_path: Path
 ) -> None:
     hook, smtp = receivers
     watched_by_both(hook, smtp, threshold=0.5, window_minutes=30)
@@ -127,7 +122,7 @@ def test_on_the_default_setup_the_beat_notifies_the_webhook_and_the_mailbox_once
     mail = {"EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp.port)}
     with beat_process(log, **EVERY_SECOND, **mail):
         wait_for(lambda: "evaluate-monitors ran" in log.read_text(), log)  # it is up
-        to_hook, to_mail = _notified_in(reporting, hook, smtp, log)
+        to_hook, to_mail = _notified_in(api, hook, smtp, log)
         wait_for(lambda: "1 monitors evaluated: 0 fired" in log.read_text(), log)
     print(f"beat, 1 s periods: span to webhook {to_hook:.2f} s, to email {to_mail:.2f} s")
     assert (len(hook.requests), len(smtp.messages)) == (1, 1)
@@ -135,7 +130,7 @@ def test_on_the_default_setup_the_beat_notifies_the_webhook_and_the_mailbox_once
 
 @pytest.mark.redis
 def test_with_celery_the_workers_notify_the_webhook_and_the_mailbox_once(
-    reporting: httpx.Client, receivers: tuple[HttpReceiver, SmtpReceiver], tmp_path: Path
+    api: httpx.Client, receivers: tuple[HttpReceiver, SmtpReceiver], tmp_path: Path
 ) -> None:
     broker = os.environ.get("CELERY_TEST_BROKER_URL")
     if not broker:
@@ -146,35 +141,12 @@ def test_with_celery_the_workers_notify_the_webhook_and_the_mailbox_once(
     env = subprocess_env(CELERY_BROKER_URL=broker, **SHORT_INTERVALS, **EVERY_SECOND, **mail)
     beat_log = tmp_path / "beat.log"
     logs = [tmp_path / f"worker-{n}.log" for n in (1, 2)]
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "ares_site",
-                "worker",
-                "--pool=solo",
-                "-n",
-                f"notify{n}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--loglevel=INFO",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        for n, log in enumerate(logs, 1)
-    ]
+    workers = [worker_process(log, env, "-n", f"notify{n}@%h") for n, log in enumerate(logs, 1)]
     try:
         with beat_process(beat_log, CELERY_BROKER_URL=broker, **EVERY_SECOND, **mail):
             up = lambda: any("evaluate-monitors ran" in log.read_text() for log in logs)  # noqa: E731
             wait_for(up, logs[0], 120)
-            to_hook, to_mail = _notified_in(reporting, hook, smtp, logs[0])
+            to_hook, to_mail = _notified_in(api, hook, smtp, logs[0])
             time.sleep(3)  # more periods: a second send would arrive now
     finally:
         for worker in workers:

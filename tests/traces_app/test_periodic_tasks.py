@@ -53,6 +53,15 @@ def beat_process(log_path: Path, **env: str) -> Iterator[subprocess.Popen]:
             stop(beat)
 
 
+def worker_process(log_path: Path, env: dict[str, str], *options: str) -> subprocess.Popen:
+    """Start a Celery worker of the site (one process, solo pool) logging to log_path."""
+    command = [sys.executable, "-m", "celery", "-A", "ares_site", "worker", "--pool=solo",
+               "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO",
+               *options]  # fmt: skip
+    with log_path.open("w") as log:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
 def stop(process: subprocess.Popen) -> None:
     """Stop a process as a supervisor would: SIGTERM, then SIGKILL if it is still there."""
     process.terminate()
@@ -225,18 +234,12 @@ def test_with_a_broker_the_beat_sends_the_jobs_to_a_worker(
     assert scores_api.post("/invocations", json={"invocations": [span]}).status_code == 200
 
     beat_log, worker_log = tmp_path / "beat.log", tmp_path / "worker.log"
-    with worker_log.open("w") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "ares_site", "worker", "--pool=solo",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"],
-            cwd=ROOT, env=subprocess_env(CELERY_BROKER_URL=broker, **SHORT_INTERVALS),
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            with beat_process(beat_log, CELERY_BROKER_URL=broker):
-                wait_for(lambda: not Score.objects.get(pk=item["id"]).pending, worker_log)
-        finally:
-            stop(worker)
+    worker = worker_process(worker_log, subprocess_env(CELERY_BROKER_URL=broker, **SHORT_INTERVALS))
+    try:
+        with beat_process(beat_log, CELERY_BROKER_URL=broker):
+            wait_for(lambda: not Score.objects.get(pk=item["id"]).pending, worker_log)
+    finally:
+        stop(worker)
 
     assert RAN.search(worker_log.read_text())  # the worker ran the jobs,
     assert not RAN.search(beat_log.read_text())  # the beat only sent them
