@@ -21,6 +21,9 @@ admin.site.site_header = "ARES Console"
 admin.site.site_title = "ARES Console"
 admin.site.index_title = "Administration"
 
+# An address no route matches: JSON under /api/, the usual page elsewhere.
+handler404 = views.not_found
+
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("healthz", views.healthz, name="healthz"),

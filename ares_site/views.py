@@ -11,8 +11,10 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views import defaults
 from django.views.decorators.http import require_POST
 
+from ares_site.nul_bytes import API_PREFIX
 from ares_site.overview import FAILING_ORDERS, active_spirals, overview_of
 from planner_app.rules_guard import guard_notice
 from traces_app.models import Trace
@@ -71,3 +73,14 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except DatabaseError:
         return JsonResponse({"status": "unavailable", "database": "down"}, status=503)
     return JsonResponse({"status": "ok", "database": connection.vendor})
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Answer 404: in the API's JSON error shape under /api/, Django's own page elsewhere.
+
+    An address no route matches (an id with a newline, a path past the API's) would
+    otherwise give an API client an HTML page.
+    """
+    if request.path_info.startswith(API_PREFIX):
+        return JsonResponse({"detail": "Not Found"}, status=404)
+    return defaults.page_not_found(request, exception)

@@ -30,6 +30,7 @@ SPAN_ID_PATTERN = r"^[0-9a-fA-F]{16}$"
 ERROR_KIND_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 RAN_ON_PATTERN = r"^(builtin|remote|none|mcp:[A-Za-z0-9_.\-]{1,100})$"
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"  # one line of printable text
+TEXT_PATTERN = r"^[^\x00]*$"  # text of any lines, without NUL (PostgreSQL refuses it)
 MAX_LATENCY_MS = 7 * 24 * 3600 * 1000.0
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 

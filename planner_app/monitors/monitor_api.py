@@ -31,7 +31,7 @@ from planner_app.monitors.records import (
 from traces_app.http.auth import key_or_staff
 from traces_app.http.errors import WITH_BODY, ErrorOut, responses
 from traces_app.models import ApiKey
-from traces_app.schemas import DeletedOut, FilterMoment
+from traces_app.schemas import NAME_PATTERN, TEXT_PATTERN, DeletedOut, FilterMoment
 
 router = Router(tags=["monitors"])
 MetricName = Literal[tuple(Metric.values)]  # type: ignore[valid-type]
@@ -45,11 +45,13 @@ class MonitorFields(Schema):
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    name: str | None = Field(None, min_length=1, max_length=200)
-    description: str | None = Field(None, max_length=5000)
+    name: str | None = Field(None, min_length=1, max_length=200, pattern=NAME_PATTERN)
+    description: str | None = Field(None, max_length=5000, pattern=TEXT_PATTERN)
     metric: MetricName | None = None
     scope: ScopeName | None = None
-    target: str | None = Field(None, max_length=200, description="Blank for the site scope")
+    target: str | None = Field(
+        None, max_length=200, pattern=NAME_PATTERN, description="Blank for the site scope"
+    )
     comparison: ComparisonName | None = None
     threshold: float | None = None
     window_minutes: StrictInt | None = Field(None, ge=1, le=WEEK_MINUTES)
@@ -67,11 +69,13 @@ class MonitorFields(Schema):
 
 
 class MonitorIn(MonitorFields):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     metric: MetricName
     threshold: float
     scope: ScopeName = Scope.SITE
-    target: str = Field("", max_length=200, description="Blank for the site scope")
+    target: str = Field(
+        "", max_length=200, pattern=NAME_PATTERN, description="Blank for the site scope"
+    )
 
 
 class MonitorPatch(MonitorFields):
@@ -82,7 +86,7 @@ class SilenceIn(Schema):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     until: FilterMoment = Field(description="ISO 8601; UTC when it names no zone")
-    reason: str = Field("", max_length=300)
+    reason: str = Field("", max_length=300, pattern=NAME_PATTERN)
 
 
 class MonitorOut(Schema):

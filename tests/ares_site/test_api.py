@@ -94,6 +94,22 @@ def test_it_still_runs_a_tool_given_an_object(full_api):
     assert response.json()["data"]["result"] == 6
 
 
+@pytest.mark.parametrize("path", ["/nothing-here", "/sessions/a%0Ab", "/traces/x/y/z"])
+def test_an_address_no_route_matches_answers_json_under_the_api(full_api, path):
+    response = full_api.get(path)  # a newline matches no route's path converter
+
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == {"detail": "Not Found"}
+
+
+def test_an_address_no_page_matches_is_still_the_html_page(live_server):
+    response = httpx.get(f"{live_server.url}/no-such-page/")
+
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("text/html")
+
+
 def test_every_operation_documents_its_errors_with_a_body(openapi):
     documented = {}
     for method, path, operation in operations(openapi):

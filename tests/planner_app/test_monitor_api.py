@@ -115,6 +115,9 @@ def test_an_edit_does_not_touch_the_state(monitors_api: httpx.Client) -> None:
         ({**ERRORS, "colour": "red"}, "colour"),
         ({**ERRORS, "channels": [999999]}, "channels"),
         ({k: v for k, v in ERRORS.items() if k != "metric"}, "metric"),
+        ({**ERRORS, "name": "errors\u0000"}, "name"),  # PostgreSQL refuses NUL in text
+        ({**ERRORS, "description": "a\nb\u0000"}, "description"),
+        ({**ERRORS, "name": "two\nlines"}, "name"),
     ],
 )
 def test_a_bad_monitor_is_refused_naming_the_field(

@@ -98,6 +98,8 @@ def test_a_test_to_a_receiver_that_fails_answers_what_it_said(channels: httpx.Cl
         ({"name": "x", "kind": "pager"}, "kind", "Input should be"),
         ({"name": "", "kind": "email", "emails": ["a@b.org"]}, "name", "at least 1"),
         ({"name": "x", "kind": "email", "emails": ["a@b.org"], "secret": "s"}, "secret", "Extra"),
+        ({"name": "x\u0000", "kind": "email", "emails": ["a@b.org"]}, "name", "match pattern"),
+        ({"name": "x", "kind": "email", "emails": ["a\u0000@b.org"]}, "emails", "is not"),
     ],
 )
 def test_a_bad_channel_answers_422_naming_the_field(

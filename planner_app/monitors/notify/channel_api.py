@@ -24,7 +24,7 @@ from planner_app.monitors.notify.signing import ensure_salt, signing_secret
 from planner_app.monitors.records import Delivery, NotificationChannel
 from traces_app.http.auth import key_or_staff
 from traces_app.http.errors import WITH_BODY, responses
-from traces_app.schemas import DeletedOut
+from traces_app.schemas import NAME_PATTERN, DeletedOut
 
 router = Router(tags=["notification channels"])
 KindName = Literal[tuple(NotificationChannel.Kind.values)]  # type: ignore[valid-type]
@@ -34,16 +34,20 @@ AUTH = key_or_staff("monitor")
 class ChannelFields(Schema):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    name: str | None = Field(None, min_length=1, max_length=200)
-    url: str | None = Field(None, max_length=1000, description="Webhook and Slack channels")
+    name: str | None = Field(None, min_length=1, max_length=200, pattern=NAME_PATTERN)
+    url: str | None = Field(
+        None, max_length=1000, pattern=NAME_PATTERN, description="Webhook and Slack channels"
+    )
     emails: list[str] | None = Field(None, max_length=MAX_EMAILS, description="Email channels")
     enabled: bool | None = None
 
 
 class ChannelIn(ChannelFields):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     kind: KindName = Field(description="webhook (signed JSON), slack or email")
-    url: str = Field("", max_length=1000, description="Webhook and Slack channels")
+    url: str = Field(
+        "", max_length=1000, pattern=NAME_PATTERN, description="Webhook and Slack channels"
+    )
     emails: list[str] = Field([], max_length=MAX_EMAILS, description="Email channels")
     enabled: bool = True
 
