@@ -10,13 +10,12 @@ from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, W
 from django.db.models.functions import RowNumber
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
-from django.utils import timezone
 from ninja import Field, FilterLookup, FilterSchema, Query, Router, Schema
 from ninja.errors import HttpError
 
 from traces_app.http.auth import ApiKeyAuth, key_or_staff
 from traces_app.http.bodies import batch_items, batch_request_body, batch_response, read_json_body
-from traces_app.http.errors import WITH_BODY, InvalidRequestOut, responses
+from traces_app.http.errors import WITH_BODY, InvalidRequestOut, query_window, responses
 from traces_app.http.paging import NEWEST_FIRST, BadCursor, SortKey, keyset_page
 from traces_app.ingest.recording import Refused, record_invocations
 from traces_app.models import Invocation, OtlpProducer, RollupMark, ToolRollup, Trace
@@ -444,10 +443,7 @@ def count_invocations(request: HttpRequest, filters: Query[InvocationFilter]) ->
 def get_tool_stats(
     request: HttpRequest, since: FilterMoment | None = None, until: FilterMoment | None = None
 ) -> dict[str, Any]:
-    until = until or timezone.now()
-    since = since or until - timedelta(hours=24)
-    if since >= until:
-        raise HttpError(422, "since must be before until")
+    since, until = query_window(since, until, timedelta(hours=24))
     return {"since": since, "until": until, "tools": Invocation.objects.tool_stats(since, until)}
 
 

@@ -6,13 +6,11 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja import Field, Query, Router, Schema
-from ninja.errors import HttpError
 
 from traces_app import tool_chains as chains
 from traces_app.http.auth import key_or_staff
-from traces_app.http.errors import responses
+from traces_app.http.errors import query_window, responses
 from traces_app.schemas import NAME_PATTERN, FilterMoment
 
 router = Router(tags=["chains"])
@@ -107,10 +105,7 @@ class ChainReportOut(Schema):
 )
 def get_chains(request: HttpRequest, query: Query[ChainQuery]) -> dict[str, Any]:
     """Return the chains report of the newest traces in [since, until)."""
-    until = query.until or timezone.now()
-    since = query.since or until - chains.DEFAULT_WINDOW
-    if since >= until:
-        raise HttpError(422, "since must be before until")
+    since, until = query_window(query.since, query.until, chains.DEFAULT_WINDOW)
     report = chains.chain_report(
         since,
         until,

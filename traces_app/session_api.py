@@ -6,13 +6,12 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
 from traces_app import sessions
 from traces_app.http.auth import key_or_staff
-from traces_app.http.errors import responses
+from traces_app.http.errors import query_window, responses
 from traces_app.http.paging import BadCursor
 from traces_app.schemas import NAME_PATTERN, FilterMoment, TraceOut
 from traces_app.scores.score_api import ScoreOut
@@ -156,10 +155,7 @@ class TurnPageQuery(Schema):
 )
 def list_sessions(request: HttpRequest, query: Query[SessionListQuery]) -> dict[str, Any]:
     """List the sessions of the traces in [since, until), latest activity first by default."""
-    until = query.until or timezone.now()
-    since = query.since or until - DEFAULT_WINDOW
-    if since >= until:
-        raise HttpError(422, "since must be before until")
+    since, until = query_window(query.since, query.until, DEFAULT_WINDOW)
     filters = sessions.SessionFilters(
         since=since, until=until, agent=query.agent or "", q=query.q or "", sort=query.sort
     )

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Field, Query, Router, Schema
-from ninja.errors import HttpError, ValidationError
+from ninja.errors import HttpError
 from pydantic import ConfigDict, StrictInt, field_validator
 
 from planner_app.monitors import monitor_edits
@@ -28,9 +28,14 @@ from planner_app.monitors.records import (
     MonitorState,
     Scope,
 )
-from traces_app.http.auth import key_or_staff
-from traces_app.http.errors import WITH_BODY, ErrorOut, responses
-from traces_app.models import ApiKey
+from traces_app.http.auth import key_or_staff, sender_of
+from traces_app.http.errors import (
+    WITH_BODY,
+    ErrorOut,
+    patched_fields,
+    refuse_fields,
+    responses,
+)
 from traces_app.schemas import NAME_PATTERN, TEXT_PATTERN, DeletedOut, FilterMoment
 
 router = Router(tags=["monitors"])
@@ -210,9 +215,9 @@ def create_monitor(request: HttpRequest, payload: MonitorIn) -> Monitor:
     fields = payload.model_dump(exclude={"channels"}, exclude_none=True)
     _refuse_problems(fields)
     try:
-        return monitor_edits.create_monitor(fields, payload.channels or [], _caller(request))
+        return monitor_edits.create_monitor(fields, payload.channels or [], sender_of(request))
     except monitor_edits.EditRefused as exc:
-        _refuse({exc.field: exc.reason})
+        refuse_fields({exc.field: exc.reason})
 
 
 @router.get("/monitors/{monitor_id}", auth=READ, response=responses(MonitorOut, 404))
@@ -228,10 +233,7 @@ def get_monitor(request: HttpRequest, monitor_id: int) -> Monitor:
 )
 def edit_monitor(request: HttpRequest, monitor_id: int, payload: MonitorPatch) -> Monitor:
     monitor = _found(monitor_id)
-    changes = payload.model_dump(exclude={"channels", "version"}, exclude_unset=True)
-    nulls = [name for name, value in changes.items() if value is None]
-    if nulls:
-        _refuse({name: "may not be null: leave it out to keep it" for name in nulls})
+    changes = patched_fields(payload, exclude=frozenset({"channels", "version"}))
     merged = {name: getattr(monitor, name) for name in ("metric", "scope", "target", "threshold")}
     _refuse_problems({**merged, **changes})
     try:
@@ -244,7 +246,7 @@ def edit_monitor(request: HttpRequest, monitor_id: int, payload: MonitorPatch) -
             "read it again and send your change with its version",
         ) from None
     except monitor_edits.EditRefused as exc:
-        _refuse({exc.field: exc.reason})
+        refuse_fields({exc.field: exc.reason})
 
 
 @router.delete("/monitors/{monitor_id}", auth=READ, response=responses(DeletedOut, 404))
@@ -263,7 +265,7 @@ def delete_monitor(request: HttpRequest, monitor_id: int) -> dict[str, Any]:
 def silence_monitor(request: HttpRequest, monitor_id: int, payload: SilenceIn) -> Monitor:
     _found(monitor_id)
     if payload.until <= timezone.now():
-        _refuse({"until": "must be in the future"})
+        refuse_fields({"until": "must be in the future"})
     monitor_edits.silence(monitor_id, payload.until, payload.reason)
     return _found(monitor_id)
 
@@ -325,19 +327,4 @@ def _found(monitor_id: int) -> Monitor:
 def _refuse_problems(fields: dict[str, Any]) -> None:
     problems = monitor_problems(fields)
     if problems:
-        _refuse(problems)
-
-
-def _refuse(problems: dict[str, str]) -> None:
-    """Answer 422 naming each field at fault, as a body that fails validation does."""
-    raise ValidationError(
-        [{"loc": ("body", "payload", name), "msg": reason} for name, reason in problems.items()]
-    )
-
-
-def _caller(request: HttpRequest) -> str:
-    auth = getattr(request, "auth", None)
-    if isinstance(auth, ApiKey):
-        return f"key {auth.name} ({auth.prefix})"
-    user = getattr(request, "user", None)
-    return f"user {user.get_username()}" if user is not None and user.is_authenticated else ""
+        refuse_fields(problems)

@@ -42,3 +42,14 @@ def key_or_staff(scope: str) -> list:
     Staff sessions come from the site's own pages, so unsafe methods need a CSRF token.
     """
     return [ApiKeyAuth(scope), SessionAuthIsStaff()]
+
+
+def sender_of(request: HttpRequest, anonymous: str = "") -> str:
+    """Return who sent the request: "key <name> (<prefix>)", "user <name>", or `anonymous`."""
+    auth = getattr(request, "auth", None)
+    if isinstance(auth, ApiKey):
+        return f"key {auth.name} ({auth.prefix})"
+    user = getattr(request, "user", None)
+    return (
+        f"user {user.get_username()}" if user is not None and user.is_authenticated else anonymous
+    )

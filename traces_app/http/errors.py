@@ -10,13 +10,16 @@ every router (refuse_unknown_query).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from functools import wraps
 from http.client import responses as HTTP_REASONS
 from typing import Any
 
 from django.db import Error as DatabaseError
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import Field, Schema
+from ninja.errors import HttpError, ValidationError
 from ninja.operation import Operation
 from ninja.params.models import QueryModel
 
@@ -163,3 +166,33 @@ def unknown_query_answer(
         "errors": [error.model_dump() for error in listed(errors, len(unknown), "(request)")],
     }
     return operation.api.create_response(request, body, status=422)
+
+
+def refuse_fields(problems: dict[str, str]) -> None:
+    """Answer 422 naming each body field at fault, as a body that fails validation does."""
+    raise ValidationError(
+        [{"loc": ("body", "payload", name), "msg": reason} for name, reason in problems.items()]
+    )
+
+
+def patched_fields(payload: Schema, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Return the fields a PATCH body sets; one set to null is a 422 (leave it out to keep it)."""
+    changes = payload.model_dump(exclude=set(exclude), exclude_unset=True)
+    nulls = [name for name, value in changes.items() if value is None]
+    if nulls:
+        refuse_fields({name: "may not be null: leave it out to keep it" for name in nulls})
+    return changes
+
+
+def query_window(
+    since: datetime | None, until: datetime | None, default: timedelta
+) -> tuple[datetime, datetime]:
+    """Return a read's [since, until): until defaults to now, since to `default` before it.
+
+    A window that does not run forward is a 422.
+    """
+    until = until or timezone.now()
+    since = since or until - default
+    if since >= until:
+        raise HttpError(422, "since must be before until")
+    return since, until

@@ -11,11 +11,11 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, field_validator
 
-from traces_app.http.auth import key_or_staff
+from traces_app.http.auth import key_or_staff, sender_of
 from traces_app.http.bodies import batch_items, batch_request_body, batch_response, read_json_body
 from traces_app.http.errors import WITH_BODY, InvalidRequestOut, responses
 from traces_app.ingest.redaction import storable_text
-from traces_app.models import SCORE_NAME_PATTERN, ApiKey, Score
+from traces_app.models import SCORE_NAME_PATTERN, Score
 from traces_app.schemas import (
     NAME_PATTERN,
     SPAN_ID_PATTERN,
@@ -121,7 +121,7 @@ def send_scores(request: HttpRequest) -> HttpResponse:
     raw_items = batch_items(read_json_body(request), "scores")
     items = [read_item(index, raw) for index, raw in enumerate(raw_items)]
     check_values(items)
-    store_scores(items, _sender(request))
+    store_scores(items, sender_of(request, anonymous="?"))
     return batch_response(request, [_outcome(item) for item in items])  # a ScoreBatchOut
 
 
@@ -150,15 +150,6 @@ def _outcome(item: ScoreItem) -> dict[str, Any]:
         "pending": item.pending if status != "rejected" else False,
         "errors": [{"field": field, "reason": reason} for field, reason in item.errors],
     }
-
-
-def _sender(request: HttpRequest) -> str:
-    """Return who sent the request: the API key's name, or the staff user's."""
-    auth = getattr(request, "auth", None)
-    if isinstance(auth, ApiKey):
-        return f"key {auth.name} ({auth.prefix})"
-    user = getattr(request, "user", None)
-    return f"user {user.get_username()}" if user is not None and user.is_authenticated else "?"
 
 
 class ScoreFilter(Schema):

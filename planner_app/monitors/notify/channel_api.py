@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Field, Query, Router, Schema
-from ninja.errors import HttpError, ValidationError
+from ninja.errors import HttpError
 from pydantic import ConfigDict
 
 from planner_app.monitors.notify.channel_checks import MAX_EMAILS, channel_problems
@@ -23,7 +23,7 @@ from planner_app.monitors.notify.senders import send_test
 from planner_app.monitors.notify.signing import ensure_salt, signing_secret
 from planner_app.monitors.records import Delivery, NotificationChannel
 from traces_app.http.auth import key_or_staff
-from traces_app.http.errors import WITH_BODY, responses
+from traces_app.http.errors import WITH_BODY, patched_fields, refuse_fields, responses
 from traces_app.schemas import NAME_PATTERN, DeletedOut
 
 router = Router(tags=["notification channels"])
@@ -157,10 +157,7 @@ def get_channel(request: HttpRequest, channel_id: int) -> NotificationChannel:
 )
 def edit_channel(request: HttpRequest, channel_id: int, payload: ChannelFields) -> Any:
     channel = _found(channel_id)
-    changes = payload.model_dump(exclude_unset=True)
-    nulls = [name for name, value in changes.items() if value is None]
-    if nulls:
-        _refuse({name: "may not be null: leave it out to keep it" for name in nulls})
+    changes = patched_fields(payload)
     for name, value in changes.items():
         setattr(channel, name, value)
     _refuse_problems(channel.kind, channel.url, channel.emails)
@@ -224,17 +221,10 @@ def _save(channel: NotificationChannel) -> None:
         with transaction.atomic():
             channel.save()
     except IntegrityError:
-        _refuse({"name": f"a channel named {channel.name!r} exists already"})
+        refuse_fields({"name": f"a channel named {channel.name!r} exists already"})
 
 
 def _refuse_problems(kind: str, url: str, emails: list[Any]) -> None:
     problems = channel_problems(kind, url, emails)
     if problems:
-        _refuse(problems)
-
-
-def _refuse(problems: dict[str, str]) -> None:
-    """Answer 422 naming each field at fault, as a body that fails validation does."""
-    raise ValidationError(
-        [{"loc": ("body", "payload", name), "msg": reason} for name, reason in problems.items()]
-    )
+        refuse_fields(problems)
