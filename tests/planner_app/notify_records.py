@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from planner_app.monitors.notify.signing import new_salt
 from planner_app.monitors.records import (
     Metric,
     Monitor,
@@ -17,9 +16,7 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def webhook(url: str, name: str = "ops hook", **fields: object) -> NotificationChannel:
-    return NotificationChannel.objects.create(
-        name=name, kind="webhook", url=url, secret_salt=new_salt(), **fields
-    )
+    return NotificationChannel.objects.create(name=name, kind="webhook", url=url, **fields)
 
 
 def slack(url: str, name: str = "ops slack") -> NotificationChannel:

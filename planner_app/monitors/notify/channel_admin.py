@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from planner_app.monitors.notify.channel_checks import MAX_EMAILS, channel_problems
 from planner_app.monitors.notify.senders import send_test
-from planner_app.monitors.notify.signing import ensure_salt, signing_secret
+from planner_app.monitors.notify.signing import signing_secret
 from planner_app.monitors.records import Delivery, DeliveryAttempt, NotificationChannel
 
 RECENT_DELIVERIES = 20
@@ -57,7 +57,6 @@ class ChannelForm(forms.ModelForm):
 
     def save(self, commit: bool = True) -> NotificationChannel:
         self.instance.emails = self.cleaned_data["emails"]
-        ensure_salt(self.instance)
         return super().save(commit)
 
 

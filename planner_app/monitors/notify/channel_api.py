@@ -20,7 +20,7 @@ from pydantic import ConfigDict
 
 from planner_app.monitors.notify.channel_checks import MAX_EMAILS, channel_problems
 from planner_app.monitors.notify.senders import send_test
-from planner_app.monitors.notify.signing import ensure_salt, signing_secret
+from planner_app.monitors.notify.signing import signing_secret
 from planner_app.monitors.records import Delivery, NotificationChannel
 from traces_app.http.auth import key_or_staff
 from traces_app.http.errors import WITH_BODY, patched_fields, refuse_fields, responses
@@ -139,7 +139,6 @@ def list_channels(request: HttpRequest) -> list[NotificationChannel]:
 def create_channel(request: HttpRequest, payload: ChannelIn) -> NotificationChannel:
     _refuse_problems(payload.kind, payload.url, payload.emails)
     channel = NotificationChannel(**payload.model_dump())
-    ensure_salt(channel)
     _save(channel)
     return channel
 

@@ -1,14 +1,14 @@
 """The webhook signing secret of a channel and the signature of a body.
 
 The secret is derived from SECRET_KEY and the channel's salt with Django's salted_hmac, so
-it is never stored: a new salt (or a new SECRET_KEY) is a new secret.
+it is never stored: a new salt (or a new SECRET_KEY) is a new secret. A channel gets its
+salt when it is first saved (NotificationChannel.save).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 
 from django.utils.crypto import salted_hmac
 
@@ -16,17 +16,6 @@ from planner_app.monitors.records import NotificationChannel
 
 SIGNATURE_HEADER = "X-Ares-Signature"
 _KEY_SALT = "ares.notify.webhook-secret"
-
-
-def new_salt() -> str:
-    """Return a fresh random salt for a channel's signing secret."""
-    return secrets.token_hex(16)
-
-
-def ensure_salt(channel: NotificationChannel) -> None:
-    """Give the channel a salt if it has none (not saved here)."""
-    if not channel.secret_salt:
-        channel.secret_salt = new_salt()
 
 
 def signing_secret(channel: NotificationChannel) -> str:
