@@ -360,6 +360,43 @@ class InvocationQuerySet(models.QuerySet):
     def failed(self) -> InvocationQuerySet:
         return self.filter(status=SpanStatus.ERROR)
 
+    def of_trace(self, trace: Trace) -> InvocationQuerySet:
+        """Return a trace's spans, bounded by its time range: on PostgreSQL, its partitions only.
+
+        Every stored span of a trace started within [trace.started_at, trace.ended_at]:
+        ingest widens the trace's range with each span in the same transaction.
+        """
+        return self.filter(
+            trace_id=trace.pk,
+            started_at__gte=trace.started_at,
+            started_at__lte=trace.ended_at,
+        )
+
+    def of_traces(self, traces: Iterable[Trace]) -> InvocationQuerySet:
+        """Return the spans of these traces, bounded by the time range they cover together."""
+        traces = list(traces)
+        if not traces:
+            return self.none()
+        return self.filter(
+            trace_id__in=[trace.pk for trace in traces],
+            started_at__gte=min(trace.started_at for trace in traces),
+            started_at__lte=max(trace.ended_at for trace in traces),
+        )
+
+    def of_trace_ids(self, trace_ids: Iterable[str]) -> InvocationQuerySet:
+        """Return the spans of the traces with these ids (their bounds read first: one query)."""
+        trace_ids = list(trace_ids)
+        bounds = Trace.objects.filter(pk__in=trace_ids).aggregate(
+            low=models.Min("started_at"), high=models.Max("ended_at")
+        )
+        if bounds["low"] is None:
+            return self.none()
+        return self.filter(
+            trace_id__in=trace_ids,
+            started_at__gte=bounds["low"],
+            started_at__lte=bounds["high"],
+        )
+
     def in_hours(self, hours: Iterable[datetime]) -> InvocationQuerySet:
         """Return the spans started in one of these UTC hours."""
         window = models.Q()
