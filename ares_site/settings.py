@@ -43,6 +43,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # First of ours: a NUL byte in the path or query would make PostgreSQL fail the query.
     "ares_site.nul_bytes.RefuseNulBytesMiddleware",
+    # Before anything reads the body or the database: an ingest request waits its turn here.
+    "ares_site.ingest_slots.IngestSlotsMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before sessions and auth, which read the database: a page answers 503 when it is down.
     "ares_site.middleware.DatabaseUnavailableMiddleware",
@@ -177,6 +179,12 @@ ARES_PERIODIC_JOBS: dict[str, tuple[str, float]] = {
         "traces_app.tasks.purge_past_retention_task",
         env_float("ARES_PURGE_EVERY_S", 24 * 60 * 60.0, minimum=0.5),
     ),
+    # PostgreSQL's daily span partitions: the next days made ahead (ingest makes any
+    # other day it meets), and a table from before them copied in (traces_app/partitions).
+    "maintain-span-partitions": (
+        "traces_app.tasks.maintain_span_partitions_task",
+        env_float("ARES_PARTITIONS_EVERY_S", 60.0, minimum=0.5),
+    ),
     "refresh-proposals": (
         "planner_app.tasks.refresh_proposals_task",
         env_float("ARES_PROPOSALS_EVERY_S", 600.0, minimum=0.5),
@@ -233,6 +241,9 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "ares-console@localhost")
 # Ingest limits. The body limit applies after gzip decompression too.
 ARES_INGEST_MAX_BODY_BYTES = env_int("ARES_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
 ARES_INGEST_MAX_ITEMS = env_int("ARES_INGEST_MAX_ITEMS", 1000, minimum=1)
+# Ingest requests that run at once on this machine, the rest waiting their turn
+# (ares_site/ingest_slots.py). 0: no cap; ares_site/gunicorn.conf.py sets the production default.
+ARES_INGEST_CONCURRENCY = env_int("ARES_INGEST_CONCURRENCY", 0, minimum=0)
 # OTLP: spans per export request (SDKs send 512 at most by default), and attributes per
 # span, resource or event (the SDKs' default limit is 128): a request at both limits
 # stays well under a second of a worker's time.
@@ -350,6 +361,9 @@ ARES_SANDBOX_TIMEOUT_S = env_int("ARES_SANDBOX_TIMEOUT_S", 110, minimum=5)
 
 # Raw spans and traces older than this many days are purged daily; hourly rollups are kept.
 ARES_RETENTION_DAYS = env_int("ARES_RETENTION_DAYS", 30, minimum=1)
+# Seconds each run of maintain-span-partitions spends copying a table from before the
+# daily partitions (PostgreSQL; `manage.py partition_spans` does it all at once).
+ARES_PARTITION_COPY_S = env_float("ARES_PARTITION_COPY_S", 20.0, minimum=0.1)
 # Each web process asks for a recount of marked rollups at most this often after ingest.
 ARES_ROLLUP_REFRESH_INTERVAL_S = env_int("ARES_ROLLUP_REFRESH_INTERVAL_S", 10, minimum=0)
 # Pages recount the marked rollups of their range made more than this many seconds ago

@@ -14,6 +14,8 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from traces_app.models import JobLease, Trace
+from traces_app.partitions.conversion import convert
+from traces_app.partitions.layout import ensure_days_ahead
 from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.rollups.retention import purge_past_retention
 from traces_app.scores.judgements import settle_pending_scores
@@ -48,6 +50,20 @@ def purge_past_retention_task() -> tuple[int, int, int]:
     """Delete spans and traces older than ARES_RETENTION_DAYS; return (spans, traces, scores)."""
     purged = purge_past_retention()
     return purged.spans, purged.traces, purged.scores
+
+
+@shared_task
+def maintain_span_partitions_task() -> dict[str, Any]:
+    """Make the coming days' span partitions, and move on a conversion still copying.
+
+    PostgreSQL only (partitions/): a table from before migration 0018 is copied into
+    partitions ARES_PARTITION_COPY_S seconds per run, ingest going on meanwhile.
+    """
+    made = ensure_days_ahead(timezone.now().date())
+    state = convert(budget_s=settings.ARES_PARTITION_COPY_S)
+    if state.state == "copying":
+        logger.info("span partitions: copied %d of %d spans", state.copied, state.to_copy)
+    return {"made": made, "conversion": state.state, "percent": state.percent}
 
 
 RECENT_SPIRAL_WINDOW = timedelta(minutes=2)

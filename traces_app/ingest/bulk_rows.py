@@ -14,15 +14,18 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 def insert_ignoring_conflicts(
     model: type[models.Model],
     rows: Sequence[dict[str, Any]],
-    conflict_fields: Sequence[str],
+    order_fields: Sequence[str],
     returning: Sequence[str],
 ) -> list[tuple]:
-    """Insert rows, skip those that clash on `conflict_fields`, return `returning` of new rows.
+    """Insert rows in `order_fields` order, skip those any unique key refuses, return new rows.
 
     Django's bulk_create(ignore_conflicts=True) cannot say which rows it inserted, and
     the ingest API must report accepted vs duplicate exactly, even when two clients send
     the same span at once. `ON CONFLICT DO NOTHING RETURNING` (SQLite 3.35+, PostgreSQL)
-    lets the database decide. Values must be JSON-ready, except datetimes.
+    lets the database decide. It names no key: the span table's unique key differs on a
+    partitioned table (partitions/layout.py), and the same SQL serves both. Sorted rows
+    make concurrent writers take index locks in one order. Values must be JSON-ready,
+    except datetimes.
     """
     if not rows:
         return []
@@ -30,11 +33,11 @@ def insert_ignoring_conflicts(
     fields = {key: meta.get_field(key) for key in rows[0]}
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields.values())
-    conflict = ", ".join(quote(meta.get_field(name).column) for name in conflict_fields)
+    order = ", ".join(quote(meta.get_field(name).column) for name in order_fields)
     returned = ", ".join(quote(meta.get_field(name).column) for name in returning)
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({columns}) {rows_from_json(fields.values())} "
-        f"ORDER BY {conflict} ON CONFLICT ({conflict}) DO NOTHING RETURNING {returned}"
+        f"ORDER BY {order} ON CONFLICT DO NOTHING RETURNING {returned}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [rows_as_json(rows, fields)])

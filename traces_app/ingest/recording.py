@@ -12,12 +12,20 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import DatabaseError, DataError, IntegrityError, OperationalError, transaction
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from traces_app.ingest.bulk_rows import insert_ignoring_conflicts
 from traces_app.ingest.redaction import bound_text, redact_text, safe_payload
 from traces_app.models import Invocation, SpanKind, Trace
+from traces_app.partitions.layout import ensure_span_partitions, known_days
 from traces_app.rollups.marks import mark_rollups_dirty
 from traces_app.rollups.retention import oldest_storable
 from traces_app.schemas import InvocationFromDict, InvocationIn
@@ -28,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 ERROR_MESSAGE_MAX_BYTES = 4096
 T = TypeVar("T")
+
+# The first key of the per-trace locks ingest takes on PostgreSQL ("ARES").
+TRACE_TURN_LOCK = 0x41524553
 
 # PostgreSQL's deadlock and serialization failures: the transaction can simply run again.
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}
@@ -90,7 +101,7 @@ def record_invocations(
     inserted: set[tuple[str, str]] = set()
     try:
         if spans:
-            inserted = _run_retrying(lambda: _store(spans, rows))
+            inserted = _store_in_partitions(spans, rows)
     except (DataError, IntegrityError):
         inserted, refused_by_database = _store_one_by_one(spans, rows)
         refused |= refused_by_database
@@ -121,6 +132,25 @@ def _past_retention(spans: Iterable[InvocationIn]) -> dict[tuple[str, str], Refu
     }
 
 
+def _store_in_partitions(
+    spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]
+) -> set[tuple[str, str]]:
+    """Store spans once their days have partitions (PostgreSQL); return the new keys.
+
+    A day's partition may have gone since this process saw it (a test's rolled-back
+    transaction, a database restored): then the days are looked up again, once.
+    """
+    ensure_span_partitions(row["started_at"] for row in rows)
+    try:
+        return _run_retrying(lambda: _store(spans, rows))
+    except IntegrityError as exc:
+        if "no partition of relation" not in str(exc):
+            raise
+    known_days.forget()
+    ensure_span_partitions(row["started_at"] for row in rows)
+    return _run_retrying(lambda: _store(spans, rows))
+
+
 def _store_one_by_one(
     spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]
 ) -> tuple[set[tuple[str, str]], dict[tuple[str, str], Refused]]:
@@ -129,7 +159,7 @@ def _store_one_by_one(
     refused: dict[tuple[str, str], Refused] = {}
     for span, row in zip(spans, rows, strict=True):
         try:
-            inserted |= _run_retrying(lambda span=span, row=row: _store([span], [row]))
+            inserted |= _store_in_partitions([span], [row])
         except (DataError, IntegrityError) as exc:
             refused[(span.trace_id, span.span_id)] = _refusal(exc)
             logger.warning("span %s/%s refused by the database: %s", *span_key(span), exc)
@@ -218,9 +248,13 @@ def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:
 def _store(spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
     """Insert the spans' rows and update their traces in one transaction; return the new keys."""
     with transaction.atomic():
+        fresh = rows
+        if connection.vendor == "postgresql":
+            stored = _take_turns_and_find_stored(rows)
+            fresh = [row for row in rows if (row["trace_id"], row["span_id"]) not in stored]
         inserted = set(
             insert_ignoring_conflicts(
-                Invocation, rows, ("trace", "span_id"), returning=("trace", "span_id")
+                Invocation, fresh, ("trace", "span_id"), returning=("trace", "span_id")
             )
         )
         new = [
@@ -238,6 +272,34 @@ def _store(spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]) -> set
         for trace_id in spiral_candidates([row for _, row in new], failed_calls):
             detect_spirals(trace_id)
     return inserted
+
+
+def _take_turns_and_find_stored(rows: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
+    """Wait for each trace's turn, then return the keys among `rows` already stored.
+
+    On PostgreSQL the span table is partitioned by start time (partitions/layout.py),
+    and its unique key holds the start, so by itself it would store a span sent again
+    with another start time twice. Batches of one trace take turns on a lock per trace
+    id (held to commit; taken in sorted order, so two batches cannot wait on each other),
+    and look their keys up within the traces' time range: every stored span of a trace
+    starts inside it, so the look-up reads the trace's one or two days.
+    """
+    trace_ids = sorted({row["trace_id"] for row in rows})
+    span_ids = sorted({row["span_id"] for row in rows})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(t)) FROM unnest(%s::text[]) AS t ORDER BY t",
+            [TRACE_TURN_LOCK, trace_ids],
+        )
+        cursor.execute(
+            "SELECT trace_id, span_id FROM traces_app_invocation WHERE trace_id = ANY(%s) "
+            "AND span_id = ANY(%s) AND started_at >= (SELECT min(started_at) FROM "
+            "traces_app_trace WHERE trace_id = ANY(%s)) AND started_at <= (SELECT "
+            "max(ended_at) FROM traces_app_trace WHERE trace_id = ANY(%s))",
+            [trace_ids, span_ids, trace_ids, trace_ids],
+        )
+        found = set(cursor.fetchall())
+    return found & {(row["trace_id"], row["span_id"]) for row in rows}
 
 
 def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[dict[str, Any]]:

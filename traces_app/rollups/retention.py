@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from traces_app.models import Invocation, PurgeHorizon, RollupMark, Score, Trace
+from traces_app.models import FailureSpiral, Invocation, PurgeHorizon, RollupMark, Score, Trace
+from traces_app.partitions.layout import day_of, day_start, drop_partitions_before, is_partitioned
 from traces_app.rollups.marks import hour_start
 from traces_app.rollups.recount import take_recount_turn
 
@@ -39,24 +40,39 @@ def purge_past_retention(batch_size: int = 5000) -> Purged:
     """Delete the spans and traces older than ARES_RETENTION_DAYS, in batches; say how many.
 
     The purge horizon moves first, so no recount or check rebuilds an hour from the
-    spans this leaves (see PurgeHorizon). A trace goes once it ended before the horizon,
-    with its spirals and scores; one still running at it keeps its totals, only its old
-    spans go. Rollups are kept. Short transactions keep ingest running while this works.
+    spans this leaves (see PurgeHorizon). On PostgreSQL the days before the horizon's
+    day are dropped whole (partitions/layout.py: milliseconds, and the disk given back);
+    elsewhere the spans before it are deleted in short transactions. A trace goes once
+    it ended before the spans that went, with its spirals and scores; one still running
+    then keeps its totals, only its old spans go. Rollups are kept.
     """
     horizon = _move_purge_horizon(retention_cutoff())
-    spans = 0
-    old_spans = Invocation.objects.filter(started_at__lt=horizon).order_by()
-    while pks := list(old_spans.values_list("pk", flat=True)[:batch_size]):
-        spans += Invocation.objects.filter(pk__in=pks).delete()[0]
+    if is_partitioned():
+        # Whole days only: the day holding the horizon goes when it is past too.
+        spans_before = day_start(day_of(horizon))
+        spans = drop_partitions_before(spans_before.date())[0]
+    else:
+        spans_before, spans = horizon, _delete_spans_before(horizon, batch_size)
     traces = scores = 0
-    old_traces = Trace.objects.filter(ended_at__lt=horizon).order_by()
+    old_traces = Trace.objects.filter(ended_at__lt=spans_before).order_by()
     while trace_ids := list(old_traces.values_list("pk", flat=True)[:batch_size]):
         with transaction.atomic():
             scores += Score.objects.filter(trace_id__in=trace_ids).delete()[0]
-            traces += len(trace_ids)
-            Trace.objects.filter(pk__in=trace_ids).delete()  # their spirals (and spans) too
+            FailureSpiral.objects.filter(trace_id__in=trace_ids).delete()
+            # Their spans went before them (they all started before the trace ended):
+            # a raw delete, without Django's cascade looking for them in every day.
+            traces += Trace.objects.filter(pk__in=trace_ids)._raw_delete(connection.alias)
     RollupMark.objects.filter(bucket_start__lt=horizon).delete()  # hours never recounted
     return Purged(spans, traces, scores)
+
+
+def _delete_spans_before(moment: datetime, batch_size: int) -> int:
+    """Delete the spans started before a moment, in short batches; return how many."""
+    spans = 0
+    old_spans = Invocation.objects.filter(started_at__lt=moment).order_by()
+    while pks := list(old_spans.values_list("pk", flat=True)[:batch_size]):
+        spans += Invocation.objects.filter(pk__in=pks).delete()[0]
+    return spans
 
 
 def _move_purge_horizon(cutoff: datetime) -> datetime:

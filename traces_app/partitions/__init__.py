@@ -1,0 +1,1 @@
+"""Daily partitions of the span table on PostgreSQL: layout, conversion, maintenance."""
