@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Window
+from django.db.models import (
+    Aggregate,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Q,
+    QuerySet,
+    Window,
+)
 from django.db.models.functions import RowNumber
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from ninja import Field, FilterLookup, FilterSchema, Query, Router, Schema
 from ninja.errors import HttpError
 
@@ -19,6 +29,7 @@ from traces_app.http.errors import WITH_BODY, InvalidRequestOut, query_window, r
 from traces_app.http.paging import NEWEST_FIRST, BadCursor, SortKey, keyset_page
 from traces_app.ingest.recording import Refused, record_invocations
 from traces_app.models import Invocation, OtlpProducer, RollupMark, ToolRollup, Trace
+from traces_app.rollups.ranges import EARLIEST_FILTER
 from traces_app.schemas import (
     BatchOut,
     CountOut,
@@ -96,8 +107,23 @@ def _rejected(index: int, raw: Any, errors: list[FieldError]) -> ItemOutcome:
     )
 
 
+# A list or count whose request names no `since` reads this far back (see read_window).
+DEFAULT_WINDOW_DAYS = 7
+
+
+class WindowOut(Schema):
+    since: datetime = Field(description="The earliest start read (included)")
+    until: datetime | None = Field(description="The start read up to (excluded); null: no end")
+    basis: Literal["given", "default", "trace"] = Field(
+        description=f"given: the request's since; default: none given, so the "
+        f"{DEFAULT_WINDOW_DAYS} days before until (or before now); trace: none given, so "
+        f"from the start of the trace named by trace_id"
+    )
+
+
 class Page(Schema):
     next_cursor: str | None = Field(description="Pass as ?cursor= to get the next page")
+    window: WindowOut = Field(description="The time window the list was read in")
 
 
 class TracePage(Page):
@@ -106,6 +132,10 @@ class TracePage(Page):
 
 class InvocationPage(Page):
     items: list[InvocationOut]
+
+
+class WindowCountOut(CountOut):
+    window: WindowOut = Field(description="The time window counted in")
 
 
 class PageQuery(Schema):
@@ -203,7 +233,8 @@ class TraceFilter(TimeFilter):
 
         A span holds it in its error message or arguments (trigram indexes on PostgreSQL,
         migration 0011), or in its tool name, matched against the names the hourly rollups
-        know, then found by the tool index. Spans start no earlier than their trace.
+        know, then found by the tool index. Spans start no earlier than their trace, so
+        with `since` only the spans started since then are read (of_traces_since).
         """
         if not value:
             return Q()
@@ -218,12 +249,14 @@ class TraceFilter(TimeFilter):
                 | Q(tool_name__in=tools)
             )
         if self.since is not None:
-            spans = spans.filter(started_at__gte=self.since)
+            spans = spans.of_traces_since(self.since)
         # Two id sets, not `request_text ILIKE ... OR pk IN (...)`: PostgreSQL then finds the
         # requests by their trigram index too, instead of matching every trace in the range.
         requests = Trace.objects.filter(request_text__icontains=value)
         if self.since is not None:
             requests = requests.filter(started_at__gte=self.since)
+        if self.until is not None:
+            requests = requests.filter(started_at__lt=self.until)
         return Q(pk__in=requests.values("pk")) | Q(pk__in=spans.values("trace_id"))
 
 
@@ -268,7 +301,7 @@ def _holding_any(since: Any, tools: list[str]) -> Q:
         return Trace.objects.holding(since, tool_name=tools[0])
     spans = Invocation.objects.filter(tool_name__in=tools)
     if since is not None:
-        spans = spans.filter(started_at__gte=since)
+        spans = spans.of_traces_since(since)
     return Q(pk__in=spans.values("trace_id")) if tools else Q(pk__in=[])
 
 
@@ -278,6 +311,33 @@ class InvocationFilter(TimeFilter):
     kind: str | None = None
     error_kind: str | None = None
     trace_id: str | None = None
+
+
+def read_window(filters: TimeFilter) -> dict[str, Any]:
+    """Give a filter without `since` one, so a read never scans every day; return the window.
+
+    The default is DEFAULT_WINDOW_DAYS before `until` (or now). A span list of one trace
+    (trace_id) starts at that trace instead, as a trace's spans start no earlier than it:
+    every span of it, however old, and only its days read.
+    """
+    basis = "given"
+    if filters.since is None:
+        started = _trace_start(getattr(filters, "trace_id", None))
+        basis = "trace" if started else "default"
+        filters.since = started or _days_before(filters.until or timezone.now())
+    return {"since": filters.since, "until": filters.until, "basis": basis}
+
+
+def _trace_start(trace_id: str | None) -> datetime | None:
+    if not trace_id:
+        return None
+    return Trace.objects.filter(pk=trace_id).values_list("started_at", flat=True).first()
+
+
+def _days_before(moment: datetime) -> datetime:
+    """Return DEFAULT_WINDOW_DAYS before a moment, or the earliest a filter may name."""
+    window = timedelta(days=DEFAULT_WINDOW_DAYS)
+    return moment - window if moment - EARLIEST_FILTER > window else EARLIEST_FILTER
 
 
 # The orders a trace list can take: each pages on (its key, pk), see traces_app.http.paging.
@@ -340,11 +400,12 @@ def list_traces(
     """List traces, newest first or in another order; with include=spans, with their spans."""
     if include.include == "spans" and page.limit > TRACES_WITH_SPANS:
         raise HttpError(422, f"limit: at most {TRACES_WITH_SPANS} traces a page with include=spans")
+    window = read_window(filters)
     traces, key = sorted_traces(filters.filter(Trace.objects.all()), order.sort)
     items, next_cursor = paginate_by_start(traces, page, key)
     if include.include == "spans":
         attach_spans(items, include.spans_limit)
-    return {"items": items, "next_cursor": next_cursor}
+    return {"items": items, "next_cursor": next_cursor, "window": window}
 
 
 def attach_spans(traces: list[Trace], per_trace: int) -> None:
@@ -373,8 +434,23 @@ def attach_spans(traces: list[Trace], per_trace: int) -> None:
 
 def count_up_to_limit(queryset: QuerySet) -> dict[str, Any]:
     """Return how many rows match, exact up to COUNT_LIMIT; beyond it, COUNT_LIMIT, not exact."""
-    found = queryset.order_by()[: COUNT_LIMIT + 1].count()
-    return {"count": min(found, COUNT_LIMIT), "exact": found <= COUNT_LIMIT}
+    found = totals_up_to_limit(queryset.order_by())
+    return {"count": found["count"], "exact": found["exact"]}
+
+
+def totals_up_to_limit(queryset: QuerySet, **aggregates: Aggregate) -> dict[str, Any]:
+    """Return how many rows match and their aggregates, exact up to COUNT_LIMIT rows.
+
+    Beyond it, the count is COUNT_LIMIT with exact false, and the aggregates are those of
+    the first COUNT_LIMIT rows in the queryset's order: however many match, each of the
+    (at most two) queries reads at most COUNT_LIMIT + 1 of them.
+    """
+    found = queryset[: COUNT_LIMIT + 1].aggregate(count=Count("pk"), **aggregates)
+    if found["count"] <= COUNT_LIMIT:
+        return {**found, "exact": True}
+    if aggregates:
+        found = queryset[:COUNT_LIMIT].aggregate(count=Count("pk"), **aggregates)
+    return {**found, "count": COUNT_LIMIT, "exact": False}
 
 
 COUNT_DESCRIPTION = (
@@ -387,12 +463,13 @@ COUNT_DESCRIPTION = (
 @router.get(
     "/traces/count",
     auth=key_or_staff("read"),
-    response=responses(CountOut),
+    response=responses(WindowCountOut),
     summary="Count the traces a filter matches",
     description=COUNT_DESCRIPTION,
 )
 def count_traces(request: HttpRequest, filters: Query[TraceFilter]) -> dict[str, Any]:
-    return count_up_to_limit(filters.filter(Trace.objects.all()))
+    window = read_window(filters)
+    return {**count_up_to_limit(filters.filter(Trace.objects.all())), "window": window}
 
 
 @router.get(
@@ -418,20 +495,22 @@ def get_trace(request: HttpRequest, trace_id: str) -> Trace:
 def list_invocations(
     request: HttpRequest, filters: Query[InvocationFilter], page: Query[PageQuery]
 ) -> dict[str, Any]:
+    window = read_window(filters)
     queryset = filters.filter(Invocation.objects.all())
     items, next_cursor = paginate_by_start(queryset, page)
-    return {"items": items, "next_cursor": next_cursor}
+    return {"items": items, "next_cursor": next_cursor, "window": window}
 
 
 @router.get(
     "/invocations/count",
     auth=key_or_staff("read"),
-    response=responses(CountOut),
+    response=responses(WindowCountOut),
     summary="Count the spans a filter matches",
     description=COUNT_DESCRIPTION,
 )
 def count_invocations(request: HttpRequest, filters: Query[InvocationFilter]) -> dict[str, Any]:
-    return count_up_to_limit(filters.filter(Invocation.objects.all()))
+    window = read_window(filters)
+    return {**count_up_to_limit(filters.filter(Invocation.objects.all())), "window": window}
 
 
 @router.get(

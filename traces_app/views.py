@@ -11,11 +11,12 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
-from traces_app import timeline
+from traces_app import api, timeline
+from traces_app.api import count_up_to_limit, totals_up_to_limit
 from traces_app.forms import SpiralFilterForm, TraceFilterForm, error_messages
 from traces_app.http.paging import NEWEST_FIRST, BadCursor, KeysetPage, SortKey, keyset_page
 from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace, TraceStatus
-from traces_app.rollups.range_totals import fresh_range_context
+from traces_app.rollups.range_totals import fresh_range_context, range_spend
 from traces_app.rollups.ranges import TimeRange
 
 PAGE_SIZE = 50
@@ -28,7 +29,7 @@ def traces(request: HttpRequest) -> HttpResponse:
     form: TraceFilterForm = context["form"]
     context.update(
         rows=timeline.trace_rows(context["page"].rows),
-        totals=_trace_totals(context["matching"]),
+        totals=_trace_totals(context["matching"], form, context["time_range"]),
         api_query=_api_query(form, context["time_range"]),
         sort=form.order,
         sort_query=_without(request, "after", "before", "sort"),
@@ -46,16 +47,69 @@ def _api_query(form: TraceFilterForm, time_range: TimeRange) -> str:
     return urlencode(values)
 
 
-def _trace_totals(traces: QuerySet) -> dict[str, Any]:
-    """Return how many traces match, those with failures or stopped, tokens and cost, at once."""
-    return traces.order_by().aggregate(
-        traces=Count("pk"),
-        failed=Count("pk", filter=Q(status=TraceStatus.ERROR)),
-        stopped=Count("pk", filter=Q(status=TraceStatus.STOPPED)),
-        input_tokens=Sum("input_tokens", default=0),
-        output_tokens=Sum("output_tokens", default=0),
-        cost_usd=Sum("cost_usd", default=0.0),
-    )
+# The raw-row filters of the traces page (match and sort only shape the others).
+SPAN_AND_TRACE_FILTERS = ("agent", "tool", "status", "chosen_by", "q", "session", "score")
+
+
+def _trace_totals(traces: QuerySet, form: TraceFilterForm, time_range: TimeRange) -> dict[str, Any]:
+    """Return how many traces match, with failures or stopped, their tokens and cost.
+
+    Counted up to api.COUNT_LIMIT traces, as the API's counts are, so a page load reads at
+    most that many whatever the range holds. Beyond it, with a filter, the other figures
+    are those of the newest COUNT_LIMIT traces (basis "newest"); without one, see
+    _rollup_totals. The page says which.
+    """
+    traces = traces.order_by("-started_at", "-pk")
+    filtered = any(form.cleaned_data.get(name) for name in RAW_ROW_FILTERS)
+    if not filtered and not count_up_to_limit(traces)["exact"]:
+        return _rollup_totals(traces, time_range)
+    found = totals_up_to_limit(traces, **TRACE_SUMS)
+    return {
+        "limit": api.COUNT_LIMIT,
+        "basis": "exact" if found["exact"] else "newest",
+        "traces": found["count"],
+        "traces_exact": found["exact"],
+        "failed": found["failed"],
+        "failed_exact": True,  # of the traces summed
+        "stopped": found["stopped"],
+        "stopped_exact": True,
+        "tokens": found["input_tokens"] + found["output_tokens"],
+        "cost_usd": found["cost_usd"],
+    }
+
+
+# The filters only raw rows answer (match and sort only shape them).
+RAW_ROW_FILTERS = ("agent", "tool", "status", "chosen_by", "q", "session", "score")
+TRACE_SUMS = {
+    "failed": Count("pk", filter=Q(status=TraceStatus.ERROR)),
+    "stopped": Count("pk", filter=Q(status=TraceStatus.STOPPED)),
+    "input_tokens": Sum("input_tokens", default=0),
+    "output_tokens": Sum("output_tokens", default=0),
+    "cost_usd": Sum("cost_usd", default=0.0),
+}
+
+
+def _rollup_totals(traces: QuerySet, time_range: TimeRange) -> dict[str, Any]:
+    """Return the totals of more than COUNT_LIMIT traces and no filter (basis "rollups").
+
+    Failures and stops are counted up to the limit on their own (the status index), and
+    tokens and cost are the hourly rollups' sums of the spans started in the range's hours.
+    """
+    failed = count_up_to_limit(traces.filter(status=TraceStatus.ERROR))
+    stopped = count_up_to_limit(traces.filter(status=TraceStatus.STOPPED))
+    spend = range_spend(time_range)
+    return {
+        "limit": api.COUNT_LIMIT,
+        "basis": "rollups",
+        "traces": api.COUNT_LIMIT,
+        "traces_exact": False,
+        "failed": failed["count"],
+        "failed_exact": failed["exact"],
+        "stopped": stopped["count"],
+        "stopped_exact": stopped["exact"],
+        "tokens": spend["input_tokens"] + spend["output_tokens"],
+        "cost_usd": spend["cost_usd"],
+    }
 
 
 def _filtered_page(

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
 from django.db import connection, models
 from django.db.models.functions import Trunc
 from django.utils import timezone
@@ -184,13 +185,21 @@ class TraceManager(models.Manager):
         that stays fast at a million spans: a correlated EXISTS per trace (newest first, stops
         at a page) when they are many, a trace id list (from the tool index) when they are
         few. Rollups lag a little behind ingest, which can only pick the slower of two
-        queries that give the same answer.
+        queries that give the same answer. With `since`, both read only the spans that
+        traces started since then can hold (InvocationQuerySet.of_traces_since), and the
+        EXISTS only those within its trace's own time range: on PostgreSQL, the partitions
+        of those days.
         """
         spans = Invocation.objects.filter(**span_fields)
-        if self._rollup_calls(since, span_fields) >= DENSE_SPANS:
-            return models.Q(models.Exists(spans.filter(trace_id=models.OuterRef("pk"))))
         if since is not None:
-            spans = spans.filter(started_at__gte=since)
+            spans = spans.of_traces_since(since)
+        if self._rollup_calls(since, span_fields) >= DENSE_SPANS:
+            of_trace = spans.filter(
+                trace_id=models.OuterRef("pk"),
+                started_at__gte=models.OuterRef("started_at"),
+                started_at__lte=models.OuterRef("ended_at"),
+            )
+            return models.Q(models.Exists(of_trace))
         return models.Q(pk__in=spans.values("trace_id"))
 
     def _rollup_calls(self, since: datetime | None, span_fields: dict[str, str]) -> int:
@@ -396,6 +405,17 @@ class InvocationQuerySet(models.QuerySet):
             started_at__gte=bounds["low"],
             started_at__lte=bounds["high"],
         )
+
+    def of_traces_since(self, since: datetime) -> InvocationQuerySet:
+        """Return the spans that traces started at or after `since` can hold, by start time.
+
+        A span starts no earlier than its trace, and no later than the latest start ingest
+        accepts: now plus ARES_MAX_CLOCK_SKEW_SECONDS. So the bounds leave out no span of
+        such a trace, even one that started after the end of a page's range, and on
+        PostgreSQL they limit a query to the partitions of those days.
+        """
+        latest = timezone.now() + timedelta(seconds=settings.ARES_MAX_CLOCK_SKEW_SECONDS)
+        return self.filter(started_at__gte=since, started_at__lte=latest)
 
     def in_hours(self, hours: Iterable[datetime]) -> InvocationQuerySet:
         """Return the spans started in one of these UTC hours."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Sum
 
 from traces_app.models import CALLER_FAULTS, SpanRollup, ToolRollup
 from traces_app.rollups.histogram import (
@@ -214,6 +215,16 @@ def activity(time_range: TimeRange) -> ActivitySummary:
     calls_by_agent = {agent: agent_totals.calls for agent, agent_totals in agents.items()}
     return ActivitySummary(
         totals, dict(by_bucket), dict(chosen_by), dict(ran_on), calls_by_agent, dict(agents)
+    )
+
+
+def range_spend(time_range: TimeRange) -> dict[str, float]:
+    """Return the input and output tokens and the cost of the spans started in a range's hours."""
+    hours = SpanRollup.objects.filter(**_hours(time_range)).order_by()
+    return hours.aggregate(
+        input_tokens=Sum("input_tokens", default=0),
+        output_tokens=Sum("output_tokens", default=0),
+        cost_usd=Sum("cost_usd", default=0.0),
     )
 
 
