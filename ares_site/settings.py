@@ -364,6 +364,9 @@ ARES_RETENTION_DAYS = env_int("ARES_RETENTION_DAYS", 30, minimum=1)
 # Seconds each run of maintain-span-partitions spends copying a table from before the
 # daily partitions (PostgreSQL; `manage.py partition_spans` does it all at once).
 ARES_PARTITION_COPY_S = env_float("ARES_PARTITION_COPY_S", 20.0, minimum=0.1)
+# Migration 0018 converts a span table of up to this many spans itself; a larger one is
+# left to those batches, so `migrate` stays short.
+ARES_PARTITION_IN_MIGRATION_UP_TO = env_int("ARES_PARTITION_IN_MIGRATION_UP_TO", 200_000, minimum=0)
 # Each web process asks for a recount of marked rollups at most this often after ingest.
 ARES_ROLLUP_REFRESH_INTERVAL_S = env_int("ARES_ROLLUP_REFRESH_INTERVAL_S", 10, minimum=0)
 # Pages recount the marked rollups of their range made more than this many seconds ago

@@ -6,10 +6,8 @@ work or at once by `manage.py partition_spans`. Django's model state is unchange
 layout is the database's business (see partitions/layout.py for how the keys differ).
 """
 
+from django.conf import settings
 from django.db import migrations
-
-# Above this many spans, copying them all would hold `migrate` up: left to the batches.
-CONVERT_HERE_UP_TO = 200_000
 
 
 def partition_spans(apps, schema_editor) -> None:  # noqa: ANN001 - Django's signature
@@ -17,18 +15,20 @@ def partition_spans(apps, schema_editor) -> None:  # noqa: ANN001 - Django's sig
         return
     from traces_app.partitions import conversion
 
+    # Above this many spans, copying them all would hold `migrate` up: left to the batches.
+    up_to = settings.ARES_PARTITION_IN_MIGRATION_UP_TO
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM (SELECT 1 FROM traces_app_invocation LIMIT %s) AS spans",
-            [CONVERT_HERE_UP_TO + 1],
+            [up_to + 1],
         )
         spans = cursor.fetchone()[0]
-    if spans <= CONVERT_HERE_UP_TO:
+    if spans <= up_to:
         conversion.convert()
         return
     conversion.start()
     print(
-        f"\n  More than {CONVERT_HERE_UP_TO:,} spans: they are copied into daily partitions "
+        f"\n  More than {up_to:,} spans: they are copied into daily partitions "
         "in batches by the periodic work (ingest goes on), or at once by "
         "`manage.py partition_spans`."
     )

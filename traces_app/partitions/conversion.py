@@ -35,8 +35,6 @@ from traces_app.partitions.layout import (
     day_of,
     known_days,
     make_partitions,
-    partition_name,
-    partitions,
     relkind,
 )
 
@@ -252,10 +250,6 @@ def switch() -> bool:
                 cursor.execute(f"ALTER INDEX {name}_p RENAME TO {name}")
             cursor.execute(f"ALTER SEQUENCE {SEQUENCE} RENAME TO {FINAL_SEQUENCE}")
             cursor.execute(f"SELECT setval('{FINAL_SEQUENCE}', %s)", [max(last_id, 1)])
-            for partition in partitions(SPAN_TABLE, prefix=SHADOW_TABLE):
-                cursor.execute(
-                    f"ALTER TABLE {partition.name} RENAME TO {partition_name(partition.day)}"
-                )
             for event in MIRRORED:
                 cursor.execute(f"DROP FUNCTION ares_spans_mirror_{event}()")
             cursor.execute(f"DROP TABLE {STATE_TABLE}")

@@ -41,8 +41,9 @@ def day_start(day: date) -> datetime:
     return datetime.combine(day, time(), tzinfo=UTC)
 
 
-def partition_name(day: date, table: str = SPAN_TABLE) -> str:
-    return f"{table}_p{day:%Y%m%d}"
+def partition_name(day: date) -> str:
+    """Return the name of a day's partition (the conversion's copy names them so too)."""
+    return f"{SPAN_TABLE}_p{day:%Y%m%d}"
 
 
 def relkind(table: str) -> str:
@@ -77,12 +78,8 @@ class Partition:
     rows_estimate: int  # PostgreSQL's estimate (pg_class.reltuples); -1 before any ANALYZE
 
 
-def partitions(table: str = SPAN_TABLE, prefix: str | None = None) -> list[Partition]:
-    """Return the day partitions of a partitioned table, oldest first.
-
-    Partitions are named `<prefix>_pYYYYMMDD`; the prefix is the table's name but while
-    the conversion renames them (partitions/conversion.py).
-    """
+def partitions(table: str = SPAN_TABLE) -> list[Partition]:
+    """Return the day partitions of a partitioned table, oldest first."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname, pg_total_relation_size(c.oid), c.reltuples::bigint "
@@ -91,7 +88,7 @@ def partitions(table: str = SPAN_TABLE, prefix: str | None = None) -> list[Parti
             [table],
         )
         rows = cursor.fetchall()
-    prefix = f"{prefix or table}_p"
+    prefix = f"{SPAN_TABLE}_p"
     found = []
     for name, size, estimate in rows:
         if name.startswith(prefix) and name[len(prefix) :].isdigit():
@@ -152,7 +149,7 @@ def make_partitions(table: str, days: Iterable[date]) -> list[str]:
     quote = connection.ops.quote_name
     made = []
     for day in sorted(set(days)):
-        name = partition_name(day, table)
+        name = partition_name(day)
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_lock(%s)", [PARTITION_LOCK_KEY])
             try:
