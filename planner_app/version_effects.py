@@ -79,31 +79,32 @@ def recorded_requests(
     as a subquery, which the database runs once, rather than thousands of ids sent back).
     """
     requests = traces.exclude(request_text="").filter(tool_calls__gt=0)
-    rows = list(requests.values_list("trace_id", "request_text", "started_at")[: limit + 1])
+    fields = ("trace_id", "request_text", "started_at", "ended_at")
+    rows = list(requests.values_list(*fields)[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    earliest = min((at for _, _, at in rows), default=None)
-    calls = _tool_calls(requests.values("pk")[:limit], earliest) if rows else {}
+    bounds = (min(row[2] for row in rows), max(row[3] for row in rows)) if rows else None
+    calls = _tool_calls(requests.values("pk")[:limit], bounds) if bounds else {}
     outcomes = [
         outcome_of(trace_id, request, at, calls[trace_id])
-        for trace_id, request, at in rows
+        for trace_id, request, at, _ in rows
         if calls.get(trace_id)  # every tool call stopped: nothing to judge
     ]
     return outcomes, more
 
 
 def _tool_calls(
-    trace_ids: QuerySet[Trace], earliest: datetime | None
+    trace_ids: QuerySet[Trace], bounds: tuple[datetime, datetime]
 ) -> dict[str, list[tuple[str, str]]]:
     """Return each trace's tool calls not stopped, (chosen_by, status) in the order they began.
 
-    No span of a trace starts before the trace (its start is its first span's), so spans
-    before `earliest` (the first trace's start) need not be read: the span time index
-    bounds the scan.
+    Every span of a trace starts within the trace's [started_at, ended_at], so only the
+    spans within `bounds` (those of the traces read) need be: the span time index (and on
+    PostgreSQL the day partitions) bounds the scan.
     """
     spans = (
         Invocation.objects.filter(trace_id__in=trace_ids, kind=SpanKind.TOOL)
-        .filter(started_at__gte=earliest)
+        .within(bounds)
         .exclude(status=SpanStatus.STOPPED)
         .order_by("trace_id", "started_at", "pk")
         .values_list("trace_id", "chosen_by", "status")
@@ -122,7 +123,11 @@ def requests_between(since: datetime, until: datetime) -> QuerySet[Trace]:
 def planned_requests(traces: QuerySet[Trace]) -> QuerySet[Trace]:
     """Return the traces in which the planner chose a tool call that was not stopped."""
     planner_calls = Invocation.objects.filter(
-        trace_id=OuterRef("pk"), kind=SpanKind.TOOL, chosen_by=ChosenBy.PLANNER
+        trace_id=OuterRef("pk"),
+        kind=SpanKind.TOOL,
+        chosen_by=ChosenBy.PLANNER,
+        started_at__gte=OuterRef("started_at"),  # the trace's bounds: its partitions
+        started_at__lte=OuterRef("ended_at"),
     ).exclude(status=SpanStatus.STOPPED)
     return traces.filter(Exists(planner_calls))
 

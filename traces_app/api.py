@@ -419,7 +419,7 @@ def attach_spans(traces: list[Trace], per_trace: int) -> None:
         RowNumber(), partition_by=F("trace_id"), order_by=(F("started_at").asc(), F("pk").asc())
     )
     spans = (
-        Invocation.objects.filter(trace_id__in=[trace.pk for trace in traces])
+        Invocation.objects.of_traces(traces)
         .annotate(position=position)
         .filter(position__lte=per_trace + 1)
         .order_by("trace_id", "started_at", "pk")
@@ -482,7 +482,7 @@ def get_trace(request: HttpRequest, trace_id: str) -> Trace:
     if not is_trace_id(trace_id):
         raise HttpError(422, "trace_id must be 32 hex characters")
     trace = get_object_or_404(Trace, trace_id=trace_id.lower())
-    trace.spans = list(trace.invocations.order_by("started_at", "pk"))
+    trace.spans = list(Invocation.objects.of_trace(trace).order_by("started_at", "pk"))
     return trace
 
 

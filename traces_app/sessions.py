@@ -320,15 +320,17 @@ def _decode_cursor(cursor: str, key: SortKey) -> tuple[Any, str]:
 def _add_tools_and_spirals(rows: list[SessionRow], filters: SessionFilters) -> None:
     """Fill in each row's tools (of its latest TOOL_TURNS turns) and spirals, for the page.
 
-    Three queries for the whole page. The tools are read from each session's latest turns
-    only, so a session of thousands of turns costs no more than one of twenty.
+    Four queries for the whole page (the latest turns' time bounds first). The tools are
+    read from each session's latest turns only, so a session of thousands of turns costs no
+    more than one of twenty.
     """
     if not rows:
         return
     by_id = {row.session_id: row for row in rows}
     latest = {trace_id: row for row in rows for trace_id in row.trace_ids[:TOOL_TURNS]}
     pairs = (
-        Invocation.objects.filter(trace_id__in=list(latest), kind=SpanKind.TOOL)
+        Invocation.objects.of_trace_ids(latest)
+        .filter(kind=SpanKind.TOOL)
         .order_by()
         .values_list("trace_id", "tool_name")
         .distinct()
@@ -454,7 +456,8 @@ def _tool_calls(turns: list[Turn]) -> tuple[list[ToolCall], bool]:
     """Give each turn its tool calls in order; return them all across turns, and if cut."""
     by_trace = {turn.trace.pk: turn for turn in turns}
     rows = (
-        Invocation.objects.filter(trace_id__in=list(by_trace), kind=SpanKind.TOOL)
+        Invocation.objects.of_traces(turn.trace for turn in turns)
+        .filter(kind=SpanKind.TOOL)
         .order_by("started_at", "pk")
         .values_list("trace_id", "span_id", "tool_name", "status", "error_kind", "started_at")
     )[: MAX_TOOL_CALLS + 1]
@@ -476,9 +479,8 @@ def _add_answers(turns: list[Turn]) -> None:
     """
     by_trace = {turn.trace.pk: turn for turn in turns}
     spans = (
-        Invocation.objects.filter(
-            trace_id__in=list(by_trace), kind__in=[SpanKind.AGENT, SpanKind.LLM]
-        )
+        Invocation.objects.of_traces(turn.trace for turn in turns)
+        .filter(kind__in=[SpanKind.AGENT, SpanKind.LLM])
         .order_by("started_at", "pk")
         .values_list("trace_id", "kind", "result")  # not the LLM calls' (long) arguments
     )

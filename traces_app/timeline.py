@@ -99,7 +99,8 @@ def trace_rows(traces: Sequence[Trace]) -> list[TraceRow]:
     """Return a page's traces with the tools each called, read in one query for the page."""
     used: dict[str, list[str]] = defaultdict(list)
     pairs = (
-        Invocation.objects.filter(trace_id__in=[trace.pk for trace in traces], kind=SpanKind.TOOL)
+        Invocation.objects.of_traces(traces)
+        .filter(kind=SpanKind.TOOL)
         .order_by()
         .values_list("trace_id", "tool_name")
         .distinct()
@@ -161,7 +162,9 @@ class SpanRow:
 
 def trace_spans(trace: Trace) -> tuple[list[Invocation], bool]:
     """Return a trace's first MAX_SPANS spans in time order, and whether it holds more."""
-    spans = list(trace.invocations.order_by("started_at", "span_id")[: MAX_SPANS + 1])
+    spans = list(
+        Invocation.objects.of_trace(trace).order_by("started_at", "span_id")[: MAX_SPANS + 1]
+    )
     return spans[:MAX_SPANS], len(spans) > MAX_SPANS
 
 
@@ -469,7 +472,7 @@ def spiral_attempts(spiral: FailureSpiral) -> list[Invocation]:
 
     Empty when retention has purged the raw spans; the spiral record keeps its totals.
     """
-    spans = spiral.trace.invocations
+    spans = Invocation.objects.of_trace(spiral.trace)
     ends = {
         span.span_id: span
         for span in spans.filter(span_id__in=[spiral.first_span_id, spiral.last_span_id])
@@ -591,9 +594,11 @@ def spiral_ending(spiral: FailureSpiral, attempts: Sequence[Invocation]) -> Invo
     if not attempts or spiral.resolution not in resolved:
         return None
     last = attempts[-1]
-    later = spiral.trace.invocations.filter(
-        kind=SpanKind.TOOL, started_at__gte=last.started_at
-    ).order_by("started_at", "span_id")[:MAX_SPANS]
+    later = (
+        Invocation.objects.of_trace(spiral.trace)
+        .filter(kind=SpanKind.TOOL, started_at__gte=last.started_at)
+        .order_by("started_at", "span_id")[:MAX_SPANS]
+    )
     after_last = False
     for span in later:
         if not after_last:

@@ -143,8 +143,8 @@ def chain_report(
     With `tool`, pairs and chains are those that hold it, and waste and often-failing
     its row only.
     """
-    trace_ids, complete = _sampled_traces(since, until, max_traces or MAX_TRACES)
-    by_trace = _tool_spans(trace_ids)
+    trace_ids, complete, latest_end = _sampled_traces(since, until, max_traces or MAX_TRACES)
+    by_trace = _tool_spans(trace_ids, (since, latest_end))
     sequences = [(trace_id, _steps(by_trace[trace_id])) for trace_id in trace_ids]
     spans = [span for trace_id in trace_ids for span in by_trace[trace_id]]
     if tool:
@@ -164,25 +164,30 @@ def chain_report(
     )
 
 
-def _sampled_traces(since: datetime, until: datetime, max_traces: int) -> tuple[list[str], bool]:
-    """Return the newest traces with tool calls in [since, until), within the caps, and
-    whether they are all the window holds."""
+def _sampled_traces(
+    since: datetime, until: datetime, max_traces: int
+) -> tuple[list[str], bool, datetime]:
+    """Return the newest traces with tool calls in [since, until), within the caps, whether
+    they are all the window holds, and the latest end among them (`since` for none)."""
     rows = list(
         Trace.objects.filter(started_at__gte=since, started_at__lt=until, tool_calls__gt=0)
         .order_by("-started_at", "-trace_id")
-        .values_list("trace_id", "tool_calls")[: max_traces + 1]
+        .values_list("trace_id", "tool_calls", "ended_at")[: max_traces + 1]
     )
-    chosen, spans = [], 0
-    for trace_id, tool_calls in rows[:max_traces]:
+    chosen, spans, latest_end = [], 0, since
+    for trace_id, tool_calls, ended_at in rows[:max_traces]:
         if chosen and spans + tool_calls > MAX_SPANS:
-            return chosen, False
+            return chosen, False, latest_end
         chosen.append(trace_id)
         spans += tool_calls
-    return chosen, len(rows) <= max_traces
+        latest_end = max(latest_end, ended_at)
+    return chosen, len(rows) <= max_traces, latest_end
 
 
-def _tool_spans(trace_ids: Sequence[str]) -> dict[str, list[_Span]]:
-    """Return the tool spans of the traces, each trace's in time order.
+def _tool_spans(
+    trace_ids: Sequence[str], bounds: tuple[datetime, datetime]
+) -> dict[str, list[_Span]]:
+    """Return the tool spans of the traces, each trace's in time order, read within `bounds`.
 
     Ordered by the database and read without their times: making 10,000 time-zone-aware
     datetimes costs more than the query itself.
@@ -193,6 +198,7 @@ def _tool_spans(trace_ids: Sequence[str]) -> dict[str, list[_Span]]:
             Invocation.objects.filter(
                 trace_id__in=trace_ids[start : start + 1000], kind=SpanKind.TOOL
             )
+            .within(bounds)
             .order_by("trace_id", "started_at", "span_id")
             .values_list(*_Span._fields)
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from planner_app.agents.recall import RECALL_TOOL, EarlierResult, RecallScope
-from traces_app.models import Invocation, SpanKind, SpanStatus
+from traces_app.models import Invocation, SpanKind, SpanStatus, Trace
 
 
 class SessionResults:
@@ -33,9 +33,9 @@ def _own_tool_spans(scope: RecallScope) -> QuerySet[Invocation]:
         tool_name=RECALL_TOOL
     )
     if scope.session_id:
-        spans = spans.filter(trace__session_id=scope.session_id)
+        spans = spans.of_trace_set(Trace.objects.filter(session_id=scope.session_id))
     else:
-        spans = spans.filter(trace_id=scope.trace_id)
+        spans = spans.of_trace_ids([scope.trace_id])
     return spans.order_by("-started_at", "-attempt", "-id")
 
 

@@ -146,14 +146,15 @@ def record_spans(spans: list[dict[str, Any]]) -> None:
 
 def record_reduction(trace_id: str, span_id: str, reduction: str, tokens_dropped: int) -> None:
     """Record on a tool span how the token budget cut its output and the tokens it dropped."""
-    Invocation.objects.filter(trace_id=trace_id, span_id=span_id).update(
+    Invocation.objects.of_trace_ids([trace_id]).filter(span_id=span_id).update(
         result_reduction=reduction, result_tokens_dropped=tokens_dropped
     )
 
 
 def trace_calls(trace_id: str) -> list[CallView]:
     """Return the trace's tool calls as the spiral rule reads them, LLM turns included."""
-    return with_llm_turns(trace_id, newest_tool_calls(trace_id))
+    spans = Invocation.objects.of_trace_ids([trace_id])
+    return with_llm_turns(spans, newest_tool_calls(spans))
 
 
 def discover_tools(tool: str, server: str) -> Routing:

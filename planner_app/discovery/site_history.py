@@ -96,9 +96,11 @@ def outcomes_of(rows: list[SpanRow], ruleset: RuleSet) -> tuple[list[Outcome], s
 
 def discovery_offers(trace_ids: set[str]) -> dict[str, list[tuple[datetime, dict[str, str]]]]:
     """Return each trace's discovery rounds in order: when, and which request offered each tool."""
-    rounds = Invocation.objects.filter(
-        trace_id__in=trace_ids, kind=SpanKind.OTHER, tool_name=DISCOVERY_SPAN
-    ).order_by("started_at")
+    rounds = (
+        Invocation.objects.of_trace_ids(trace_ids)
+        .filter(kind=SpanKind.OTHER, tool_name=DISCOVERY_SPAN)
+        .order_by("started_at")
+    )
     found: dict[str, list[tuple[datetime, dict[str, str]]]] = {}
     for trace_id, started_at, arguments, result in rounds.values_list(
         "trace_id", "started_at", "arguments", "result"
@@ -290,13 +292,15 @@ class SiteHistory:
 
     def _spans_now_requested(self) -> list[SpanRow]:
         """Return the spans of waiting traces that have a request text now."""
-        ready: set[str] = set()
+        ready: dict[str, tuple[datetime, datetime]] = {}  # trace id: its spans' time bounds
         for trace_ids in chunks(list(self._waiting)):
             texted = Trace.objects.filter(pk__in=trace_ids).exclude(request_text="")
-            ready.update(texted.values_list("pk", flat=True))
+            for pk, started_at, ended_at in texted.values_list("pk", "started_at", "ended_at"):
+                ready[pk] = (started_at, ended_at)
         rows = []
         for trace_ids in chunks(sorted(ready)):
-            rows += span_rows(judging_spans().filter(trace_id__in=trace_ids))
+            bounds = (min(ready[t][0] for t in trace_ids), max(ready[t][1] for t in trace_ids))
+            rows += span_rows(judging_spans().filter(trace_id__in=trace_ids).within(bounds))
             for trace_id in trace_ids:
                 del self._waiting[trace_id]
         return rows
@@ -314,9 +318,10 @@ class SiteHistory:
         self._seen_scores = {pk for pk in self._seen_scores if pk > self._score_mark - OVERLAP}
         outcomes = []
         for chunk in chunks(sorted(calls)):
-            spans = judging_spans().filter(
-                trace_id__in={trace_id for trace_id, _ in chunk},
-                span_id__in={span_id for _, span_id in chunk},
+            spans = (
+                judging_spans()
+                .of_trace_ids({trace_id for trace_id, _ in chunk})
+                .filter(span_id__in={span_id for _, span_id in chunk})
             )
             rows = [row for row in span_rows(spans) if (row.trace_id, row.span_id) in calls]
             outcomes += self._read(rows, ruleset)

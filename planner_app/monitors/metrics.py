@@ -351,7 +351,12 @@ def needs_llm_rate(monitor: Monitor, start: datetime, end: datetime) -> Measurem
     traces = Trace.objects.filter(started_at__gte=start, started_at__lt=end)
     tools = scoped_tools(monitor)
     if tools is not None:
-        held = Invocation.objects.filter(trace_id=OuterRef("pk"), tool_name__in=tools)
+        held = Invocation.objects.filter(
+            trace_id=OuterRef("pk"),
+            tool_name__in=tools,
+            started_at__gte=OuterRef("started_at"),  # the trace's bounds: its partitions
+            started_at__lte=OuterRef("ended_at"),
+        )
         traces = traces.filter(Exists(held))
     elif monitor.scope == Scope.AGENT:
         traces = traces.filter(agent=monitor.target)

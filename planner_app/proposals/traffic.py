@@ -64,13 +64,15 @@ def recorded_traffic(limit: int = 5_000, since: datetime | None = None) -> list[
     traces = Trace.objects.exclude(request_text="").order_by("-started_at", "trace_id")
     if since is not None:
         traces = traces.filter(started_at__gte=since)
-    rows = list(traces.values_list("trace_id", "request_text", "started_at", "tool_calls")[:limit])
+    fields = ("trace_id", "request_text", "started_at", "tool_calls", "ended_at")
+    rows = list(traces.values_list(*fields)[:limit])
+    bounds = {trace_id: (start, end) for trace_id, _, start, _, end in rows}
     calls: dict[str, list[Call]] = {}
-    for chunk in _chunks([(trace_id, count) for trace_id, _, _, count in rows]):
-        calls.update(_calls_of(chunk))
+    for chunk in _chunks([(trace_id, count) for trace_id, _, _, count, _ in rows]):
+        calls.update(_calls_of(chunk, bounds))
     return [
         Served(trace_id, request, at, tuple(calls.get(trace_id, ())))
-        for trace_id, request, at, _ in rows
+        for trace_id, request, at, _, _ in rows
     ]
 
 
@@ -91,12 +93,21 @@ def _chunks(traces: list[tuple[str, int]]) -> list[list[str]]:
     return [*chunks, small] if small else chunks
 
 
-def _calls_of(trace_ids: list[str]) -> dict[str, list[Call]]:
-    """Return the tool calls of these traces in order, at most CALLS_PER_TRACE of each."""
+def _calls_of(
+    trace_ids: list[str], bounds: dict[str, tuple[datetime, datetime]]
+) -> dict[str, list[Call]]:
+    """Return the tool calls of these traces in order, at most CALLS_PER_TRACE of each.
+
+    Read within the traces' time bounds (`bounds`, by trace id): every span of a trace
+    starts in its [started_at, ended_at], and on PostgreSQL only those days are read.
+    """
     from traces_app.models import Invocation, SpanKind, SpanStatus
 
+    low = min(bounds[trace_id][0] for trace_id in trace_ids)
+    high = max(bounds[trace_id][1] for trace_id in trace_ids)
     spans = (
         Invocation.objects.filter(trace_id__in=trace_ids, kind=SpanKind.TOOL)
+        .within((low, high))
         .exclude(status=SpanStatus.STOPPED)
         .order_by("trace_id", "started_at", "span_id")
         .values_list(

@@ -19,6 +19,9 @@ from traces_app.ingest.bulk_rows import rows_as_json, rows_from_json
 from traces_app.models import Invocation, SpanKind, Trace
 from traces_app.rollups.marks import mark_rollups_dirty
 
+# The time range the spans of a request's traces started in (TraceManager.span_bounds).
+Bounds = tuple[datetime, datetime] | None
+
 if TYPE_CHECKING:
     from traces_app.ingest.otlp_spans import ParsedSpan, SpanReading
 
@@ -132,9 +135,13 @@ def settle_agents(readings: Sequence[SpanReading], is_new: Sequence[bool]) -> No
     request take what that span hands down. A trace is named after its root span's own
     agent, else after its topmost agent span when its name was a service's. Runs after
     the insert, under the trace's row lock, so concurrent requests of one trace take turns.
+    Every read and write of stored spans is bounded by the traces' time range, read once
+    after the insert widened it: on PostgreSQL, only those days' partitions.
     """
     in_request = {(reading.trace_id, reading.span_id): reading for reading in readings}
-    waiters = _stored_waiters(set(in_request))
+    traces = Trace.objects.filter(pk__in={trace_id for trace_id, _ in in_request})
+    bounds = Trace.objects.span_bounds(traces) if in_request else None
+    waiters = _stored_waiters(set(in_request), bounds)
     new = [reading for reading, new in zip(readings, is_new, strict=True) if new]
     open_ends = {
         (reading.trace_id, reading.above.awaits)
@@ -145,7 +152,7 @@ def settle_agents(readings: Sequence[SpanReading], is_new: Sequence[bool]) -> No
         below = in_request[(trace_id, awaits)].agent_below()
         if below.awaits:
             open_ends.add((trace_id, below.awaits))
-    found = _walk_stored(open_ends, in_request)
+    found = _walk_stored(open_ends, in_request, bounds)
 
     def settled(trace_id: str, above: Above) -> Above:
         return found[(trace_id, above.awaits)] if above.awaits else above
@@ -172,7 +179,7 @@ def settle_agents(readings: Sequence[SpanReading], is_new: Sequence[bool]) -> No
             changes.set(key, agent_awaits=None)
     for reading in readings:
         changes.fallback_names.setdefault(reading.trace_id, set()).add(reading.producer)
-    _write_agent_changes(changes)
+    _write_agent_changes(changes, bounds)
 
 
 def _settle_new(reading: SpanReading, above: Above, changes: AgentChanges) -> None:
@@ -197,13 +204,14 @@ def _settle_new(reading: SpanReading, above: Above, changes: AgentChanges) -> No
             changes.set(key, agent_awaits=above.awaits)
 
 
-def _stored_waiters(keys: set[SpanKey]) -> list[tuple]:
+def _stored_waiters(keys: set[SpanKey], bounds: Bounds) -> list[tuple]:
     """Return the stored spans waiting for one of these spans, with what settling them needs."""
     rows = (
         # By trace alone, matching the partial index's condition: fewer parameters to bind.
         Invocation.objects.filter(
             trace_id__in={trace_id for trace_id, _ in keys}, agent_awaits__isnull=False
         )
+        .within(bounds)
         .order_by()
         .values_list(
             "trace_id", "span_id", "agent_awaits", "agent", "names_agent", "kind", "tool_name",
@@ -214,7 +222,7 @@ def _stored_waiters(keys: set[SpanKey]) -> list[tuple]:
 
 
 def _walk_stored(
-    starts: set[SpanKey], in_request: dict[SpanKey, SpanReading]
+    starts: set[SpanKey], in_request: dict[SpanKey, SpanReading], bounds: Bounds
 ) -> dict[SpanKey, Above]:
     """Return, per span missing from the request, what a walk up through stored spans finds.
 
@@ -245,7 +253,7 @@ def _walk_stored(
                 walks[start] = (key, seen)
         if not walks:
             return found
-        _fetch_stored({key for key, _ in walks.values()}, stored)
+        _fetch_stored({key for key, _ in walks.values()}, stored, bounds)
     found.update(dict.fromkeys(walks, NOTHING_ABOVE))
     return found
 
@@ -272,7 +280,7 @@ def _step(
 
 
 def _fetch_stored(
-    keys: set[SpanKey], stored: dict[SpanKey, tuple[str, str, str | None] | None]
+    keys: set[SpanKey], stored: dict[SpanKey, tuple[str, str, str | None] | None], bounds: Bounds
 ) -> None:
     """Read these spans' parent, names_agent and agent_awaits into `stored` (None: not stored)."""
     rows = (
@@ -280,6 +288,7 @@ def _fetch_stored(
             trace_id__in={trace_id for trace_id, _ in keys},
             span_id__in={span_id for _, span_id in keys},
         )
+        .within(bounds)
         .order_by()
         .values_list("trace_id", "span_id", "parent_span_id", "names_agent", "agent_awaits")
     )
@@ -289,12 +298,13 @@ def _fetch_stored(
             stored[(trace_id, span_id)] = tuple(row)
 
 
-def _write_agent_changes(changes: AgentChanges) -> None:
+def _write_agent_changes(changes: AgentChanges, bounds: Bounds) -> None:
     """Write the settled agents: the spans' in one statement, then the traces' names."""
-    if changes.span_fields:
+    if changes.span_fields and bounds is not None:  # no bounds: no stored trace, no span
         _update_span_agents(
             [{"trace": trace_id, "span_id": span_id, **fields}
-             for (trace_id, span_id), fields in changes.span_fields.items()]
+             for (trace_id, span_id), fields in changes.span_fields.items()],
+            bounds,
         )  # fmt: skip
     if changes.renamed:
         mark_rollups_dirty(changes.renamed)
@@ -317,11 +327,12 @@ def _write_agent_changes(changes: AgentChanges) -> None:
 _AGENT_FIELDS = ("trace", "span_id", "agent", "names_agent", "agent_awaits")
 
 
-def _update_span_agents(rows: Sequence[dict[str, Any]]) -> None:
+def _update_span_agents(rows: Sequence[dict[str, Any]], bounds: tuple[datetime, datetime]) -> None:
     """Set agent, names_agent and agent_awaits of spans, rows keyed as _AGENT_FIELDS, at once.
 
     One statement whatever the changes: a filter and an UPDATE per distinct change cost
-    ingest a third of its speed in Django's query building alone.
+    ingest a third of its speed in Django's query building alone. The spans' traces'
+    bounds, as constants, let PostgreSQL leave out the other days' partitions.
     """
     fields = {name: Invocation._meta.get_field(name) for name in _AGENT_FIELDS}
     quote = connection.ops.quote_name
@@ -332,7 +343,9 @@ def _update_span_agents(rows: Sequence[dict[str, Any]]) -> None:
     )
     sql = (
         f"UPDATE {table} SET {assignments} FROM ({rows_from_json(fields.values())}) AS changed "
-        f"WHERE {table}.trace_id = changed.trace_id AND {table}.span_id = changed.span_id"
+        f"WHERE {table}.trace_id = changed.trace_id AND {table}.span_id = changed.span_id "
+        f"AND {table}.{quote('started_at')} >= %s AND {table}.{quote('started_at')} <= %s"
     )
+    low, high = (connection.ops.adapt_datetimefield_value(moment) for moment in bounds)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [rows_as_json(rows, fields)])
+        cursor.execute(sql, [rows_as_json(rows, fields), low, high])

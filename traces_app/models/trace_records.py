@@ -178,6 +178,17 @@ class TraceManager(models.Manager):
             cursor.execute(sql, [rows_as_json(rows, fields)])
             return dict(cursor.fetchall())
 
+    def span_bounds(self, traces: models.QuerySet[Trace]) -> tuple[datetime, datetime] | None:
+        """Return the range every stored span of these traces started in; None for no trace.
+
+        Ingest widens a trace's [started_at, ended_at] with each span in the transaction
+        that stores it, so the range is never narrower than its spans' starts.
+        """
+        bounds = traces.order_by().aggregate(
+            low=models.Min("started_at"), high=models.Max("ended_at")
+        )
+        return None if bounds["low"] is None else (bounds["low"], bounds["high"])
+
     def holding(self, since: datetime | None = None, **span_fields: str) -> models.Q:
         """Return a condition on traces: holding a span with these fields (tool_name or chosen_by).
 
@@ -282,8 +293,12 @@ class Trace(models.Model):
         return DIALECT_BADGES.get(self.dialect, self.dialect)
 
     def recompute_totals(self) -> None:
-        """Recount the totals from the stored spans, repairing any drift."""
-        spans = self.invocations.all()
+        """Recount the totals from the stored spans, repairing any drift.
+
+        The spans are read within the trace's time range, which ingest only ever widens
+        with them: the counts may drift (a span lost), the range cannot leave one out.
+        """
+        spans = Invocation.objects.of_trace(self)
         totals = spans.aggregate(
             span_count=models.Count("pk"),
             tool_calls=models.Count("pk", filter=models.Q(kind=SpanKind.TOOL)),
@@ -395,16 +410,20 @@ class InvocationQuerySet(models.QuerySet):
     def of_trace_ids(self, trace_ids: Iterable[str]) -> InvocationQuerySet:
         """Return the spans of the traces with these ids (their bounds read first: one query)."""
         trace_ids = list(trace_ids)
-        bounds = Trace.objects.filter(pk__in=trace_ids).aggregate(
-            low=models.Min("started_at"), high=models.Max("ended_at")
-        )
-        if bounds["low"] is None:
+        bounds = Trace.objects.span_bounds(Trace.objects.filter(pk__in=trace_ids))
+        return self.filter(trace_id__in=trace_ids).within(bounds)
+
+    def of_trace_set(self, traces: models.QuerySet[Trace]) -> InvocationQuerySet:
+        """Return the spans of a query's traces (a session's): their bounds read first."""
+        bounds = Trace.objects.span_bounds(traces)
+        return self.filter(trace_id__in=traces.values("pk")).within(bounds)
+
+    def within(self, bounds: tuple[datetime, datetime] | None) -> InvocationQuerySet:
+        """Return the spans started within [low, high] (see TraceManager.span_bounds); none
+        for None."""
+        if bounds is None:
             return self.none()
-        return self.filter(
-            trace_id__in=trace_ids,
-            started_at__gte=bounds["low"],
-            started_at__lte=bounds["high"],
-        )
+        return self.filter(started_at__gte=bounds[0], started_at__lte=bounds[1])
 
     def of_traces_since(self, since: datetime) -> InvocationQuerySet:
         """Return the spans that traces started at or after `since` can hold, by start time.

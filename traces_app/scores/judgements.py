@@ -138,9 +138,9 @@ def _mark_pending(items: Sequence[ScoreItem]) -> None:
     spans = set()
     if span_keys:
         spans = set(
-            Invocation.objects.filter(
-                trace_id__in={t for t, _ in span_keys}, span_id__in={s for _, s in span_keys}
-            ).values_list("trace_id", "span_id")
+            Invocation.objects.of_trace_ids({t for t, _ in span_keys})
+            .filter(span_id__in={s for _, s in span_keys})
+            .values_list("trace_id", "span_id")
         )
     traces = set(Trace.objects.filter(pk__in=trace_ids).values_list("pk", flat=True))
     for item in items:
@@ -159,8 +159,15 @@ def settle_pending_scores() -> tuple[int, int]:
     limit is reached.
     """
     pending = Score.objects.filter(pending=True)
+    # Through the span's trace, whose time bounds keep the probe to the trace's partitions.
+    span_in_trace = Invocation.objects.filter(
+        trace_id=OuterRef("pk"),
+        span_id=OuterRef(OuterRef("span_id")),
+        started_at__gte=OuterRef("started_at"),
+        started_at__lte=OuterRef("ended_at"),
+    )
     span_arrived = Exists(
-        Invocation.objects.filter(trace_id=OuterRef("trace_id"), span_id=OuterRef("span_id"))
+        Trace.objects.filter(pk=OuterRef("trace_id")).filter(Exists(span_in_trace))
     )
     trace_arrived = Exists(Trace.objects.filter(pk=OuterRef("trace_id")))
     joined = pending.exclude(span_id="").filter(span_arrived).update(pending=False)

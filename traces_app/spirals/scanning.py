@@ -30,6 +30,7 @@ from traces_app.models import (
     SpiralResolution,
     Trace,
 )
+from traces_app.models.trace_records import InvocationQuerySet
 from traces_app.spirals.detection import CallView, SpiralRule, arguments_fingerprint, find_spirals
 
 
@@ -96,8 +97,13 @@ SPIRAL_WINDOW = 100
 
 
 def detect_spirals(trace_id: str) -> None:
-    """Read a trace's newest tool calls and store their spirals, replacing older findings."""
-    calls = with_llm_turns(trace_id, newest_tool_calls(trace_id))
+    """Read a trace's newest tool calls and store their spirals, replacing older findings.
+
+    In ingest this runs after the trace's totals were updated, in the same transaction:
+    the trace's time bounds already hold the spans just stored.
+    """
+    spans = Invocation.objects.of_trace_ids([trace_id])
+    calls = with_llm_turns(spans, newest_tool_calls(spans))
     # With a full window, spirals that began before it are left as they were stored.
     window_start = calls[0].started_at if len(calls) == SPIRAL_WINDOW else None
     FailureSpiral.objects.replace_for_trace(
@@ -105,13 +111,14 @@ def detect_spirals(trace_id: str) -> None:
     )
 
 
-def newest_tool_calls(trace_id: str) -> list[CallView]:
+def newest_tool_calls(spans: InvocationQuerySet) -> list[CallView]:
     """Return a trace's newest SPIRAL_WINDOW tool calls, oldest first, as the rule reads them.
 
-    The agent loop's spiral breaker reads the same calls, so it and the dashboards agree.
+    `spans` are the trace's, within its time bounds (Invocation.objects.of_trace_ids). The
+    agent loop's spiral breaker reads the same calls, so it and the dashboards agree.
     """
     newest = (
-        Invocation.objects.filter(trace_id=trace_id, kind=SpanKind.TOOL)
+        spans.filter(kind=SpanKind.TOOL)
         .order_by("-started_at", "-span_id")
         .values_list(
             "span_id", "tool_name", "status", "error_kind", "arguments", "started_at",
@@ -192,7 +199,7 @@ def settle_quiet_loops() -> None:
     quiet.update(resolution=SpiralResolution.REPEATED, updated_at=now)
 
 
-def with_llm_turns(trace_id: str, calls: list[CallView]) -> list[CallView]:
+def with_llm_turns(spans: InvocationQuerySet, calls: list[CallView]) -> list[CallView]:
     """Return the calls with the LLM turn that asked for each one added to its cost.
 
     A spiral wastes the model's turns as well as the tool's time: each call a model chose
@@ -207,9 +214,7 @@ def with_llm_turns(trace_id: str, calls: list[CallView]) -> list[CallView]:
     if not chosen:
         return calls
     turns = list(
-        Invocation.objects.filter(
-            trace_id=trace_id, kind=SpanKind.LLM, started_at__lte=calls[chosen[-1]].started_at
-        )
+        spans.filter(kind=SpanKind.LLM, started_at__lte=calls[chosen[-1]].started_at)
         .order_by("-started_at")
         .values_list("started_at", "latency_ms", "input_tokens", "output_tokens")[:SPIRAL_WINDOW]
     )[::-1]

@@ -7,7 +7,7 @@ from typing import Any
 from django import template
 from django.db.models import Exists, OuterRef
 
-from traces_app.models import Invocation, Score, ScoreDefinition
+from traces_app.models import Invocation, Score, ScoreDefinition, Trace
 
 register = template.Library()
 
@@ -56,9 +56,15 @@ def tool_scores(tool: str, time_range: Any, limit: int = 20_000) -> dict[str, An
     A score counts for a tool when its span is one of the tool's calls; buckets are the
     range's chart buckets of the score's time. Reads at most `limit` scores.
     """
-    calls = Invocation.objects.filter(
-        trace_id=OuterRef("trace_id"), span_id=OuterRef("span_id"), tool_name=tool
+    # Through the span's trace, whose time bounds keep the probe to the trace's partitions.
+    calls_in_trace = Invocation.objects.filter(
+        trace_id=OuterRef("pk"),
+        span_id=OuterRef(OuterRef("span_id")),
+        tool_name=tool,
+        started_at__gte=OuterRef("started_at"),
+        started_at__lte=OuterRef("ended_at"),
     )
+    calls = Trace.objects.filter(pk=OuterRef("trace_id")).filter(Exists(calls_in_trace))
     scores = (
         Score.objects.filter(created_at__gte=time_range.since, created_at__lt=time_range.until)
         .exclude(span_id="")
