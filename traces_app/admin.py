@@ -92,6 +92,17 @@ class TraceAdmin(ReadOnlyAdmin):
     readonly_fields = ["cost"]
     cost = cost_display("cost_usd")
 
+    def get_formset_kwargs(
+        self, request: HttpRequest, obj: Any, inline: Any, prefix: str
+    ) -> dict[str, Any]:
+        """Read the inline's spans within the trace's time bounds: its partitions only."""
+        kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
+        if isinstance(inline, InvocationInline) and obj is not None and obj.pk:
+            kwargs["queryset"] = kwargs["queryset"].filter(
+                started_at__gte=obj.started_at, started_at__lte=obj.ended_at
+            )
+        return kwargs
+
     @admin.display(description="Request")
     def short_request(self, trace: Trace) -> str:
         text = trace.request_text

@@ -118,6 +118,12 @@ def read_trace_page(trace: Trace, context: dict[str, Any]) -> None:
     assert response.content.count(b"lookup") >= 1
 
 
+def read_trace_admin(trace: Trace, context: dict[str, Any]) -> None:
+    response = context["staff"].get(f"/admin/traces_app/trace/{trace.pk}/change/")
+    assert response.status_code == 200
+    assert response.content.count(b"lookup") >= 1
+
+
 def read_trace_api(trace: Trace, context: dict[str, Any]) -> None:
     response = context["api"].get(f"/api/v1/traces/{trace.pk}")
     assert response.status_code == 200, response.content
@@ -211,6 +217,7 @@ def read_tool_scores(trace: Trace, context: dict[str, Any]) -> None:
 # Each read of a trace's spans, run on the trace; each asserts what it read.
 READS: dict[str, Callable[[Trace, dict[str, Any]], Any]] = {
     "trace page": read_trace_page,
+    "trace admin page": read_trace_admin,
     "trace API": read_trace_api,
     "traces API include=spans": read_traces_with_spans,
     "traces list rows": lambda trace, _: timeline.trace_rows([trace]),
