@@ -58,7 +58,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from django.db.models import Count
+    from django.db.models import Count, Q, Sum
 
     from traces_app import views
     from traces_app.forms import TraceFilterForm
@@ -71,7 +71,14 @@ def main() -> None:
     time_range = TimeRange(latest - timedelta(hours=args.hours), latest, "bench")
     print(f"range: the {args.hours} hours up to the newest trace ({latest:%Y-%m-%d %H:%M} UTC)")
     print(f"{'filter':<60} {'all summed':>18} {'capped (now)':>18}  figures now")
-    every = {"traces": Count("pk"), **views.TRACE_SUMS}  # what the page summed before
+    every = {  # what the page summed before
+        "traces": Count("pk"),
+        "failed": Count("pk", filter=Q(status="error")),
+        "stopped": Count("pk", filter=Q(status="stopped")),
+        "input_tokens": Sum("input_tokens", default=0),
+        "output_tokens": Sum("output_tokens", default=0),
+        "cost_usd": Sum("cost_usd", default=0.0),
+    }
     for params in FILTERS:
         form = TraceFilterForm(params)
         matching = form.filter(Trace.objects.all(), time_range)

@@ -6,16 +6,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from django.db.models import (
-    Aggregate,
-    Count,
-    DurationField,
-    ExpressionWrapper,
-    F,
-    Q,
-    QuerySet,
-    Window,
-)
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
@@ -434,23 +425,19 @@ def attach_spans(traces: list[Trace], per_trace: int) -> None:
 
 def count_up_to_limit(queryset: QuerySet) -> dict[str, Any]:
     """Return how many rows match, exact up to COUNT_LIMIT; beyond it, COUNT_LIMIT, not exact."""
-    found = totals_up_to_limit(queryset.order_by())
-    return {"count": found["count"], "exact": found["exact"]}
+    found = queryset.order_by()[: COUNT_LIMIT + 1].count()
+    return {"count": min(found, COUNT_LIMIT), "exact": found <= COUNT_LIMIT}
 
 
-def totals_up_to_limit(queryset: QuerySet, **aggregates: Aggregate) -> dict[str, Any]:
-    """Return how many rows match and their aggregates, exact up to COUNT_LIMIT rows.
+def first_up_to_limit(queryset: QuerySet, *fields: str) -> tuple[list[tuple[Any, ...]], bool]:
+    """Return these fields of the first COUNT_LIMIT rows (in the queryset's order), and
+    whether those are all that match.
 
-    Beyond it, the count is COUNT_LIMIT with exact false, and the aggregates are those of
-    the first COUNT_LIMIT rows in the queryset's order: however many match, each of the
-    (at most two) queries reads at most COUNT_LIMIT + 1 of them.
+    One query that reads at most COUNT_LIMIT + 1 rows however many match, as
+    count_up_to_limit does: the traces page sums what it shows from them.
     """
-    found = queryset[: COUNT_LIMIT + 1].aggregate(count=Count("pk"), **aggregates)
-    if found["count"] <= COUNT_LIMIT:
-        return {**found, "exact": True}
-    if aggregates:
-        found = queryset[:COUNT_LIMIT].aggregate(count=Count("pk"), **aggregates)
-    return {**found, "count": COUNT_LIMIT, "exact": False}
+    rows = list(queryset.values_list(*fields)[: COUNT_LIMIT + 1])
+    return rows[:COUNT_LIMIT], len(rows) <= COUNT_LIMIT
 
 
 COUNT_DESCRIPTION = (

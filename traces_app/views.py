@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.admin.views.decorators import staff_member_required
-from django.db.models import Count, Model, Q, QuerySet, Sum
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from traces_app import api, timeline
-from traces_app.api import count_up_to_limit, totals_up_to_limit
+from traces_app.api import count_up_to_limit, first_up_to_limit
 from traces_app.forms import SpiralFilterForm, TraceFilterForm, error_messages
 from traces_app.http.paging import NEWEST_FIRST, BadCursor, KeysetPage, SortKey, keyset_page
 from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace, TraceStatus
@@ -54,39 +55,35 @@ SPAN_AND_TRACE_FILTERS = ("agent", "tool", "status", "chosen_by", "q", "session"
 def _trace_totals(traces: QuerySet, form: TraceFilterForm, time_range: TimeRange) -> dict[str, Any]:
     """Return how many traces match, with failures or stopped, their tokens and cost.
 
-    Counted up to api.COUNT_LIMIT traces, as the API's counts are, so a page load reads at
-    most that many whatever the range holds. Beyond it, with a filter, the other figures
-    are those of the newest COUNT_LIMIT traces (basis "newest"); without one, see
+    Read from the newest api.COUNT_LIMIT + 1 traces that match, as the API counts, so a
+    page load reads no more whatever the range holds. When more match, with a filter the
+    other figures are those of the newest COUNT_LIMIT (basis "newest"); without one, see
     _rollup_totals. The page says which.
     """
     traces = traces.order_by("-started_at", "-pk")
+    rows, exact = first_up_to_limit(traces, *TRACE_SUMS)
     filtered = any(form.cleaned_data.get(name) for name in RAW_ROW_FILTERS)
-    if not filtered and not count_up_to_limit(traces)["exact"]:
+    if not exact and not filtered:
         return _rollup_totals(traces, time_range)
-    found = totals_up_to_limit(traces, **TRACE_SUMS)
+    statuses = Counter(row[0] for row in rows)
     return {
         "limit": api.COUNT_LIMIT,
-        "basis": "exact" if found["exact"] else "newest",
-        "traces": found["count"],
-        "traces_exact": found["exact"],
-        "failed": found["failed"],
+        "basis": "exact" if exact else "newest",
+        "traces": len(rows),
+        "traces_exact": exact,
+        "failed": statuses[TraceStatus.ERROR],
         "failed_exact": True,  # of the traces summed
-        "stopped": found["stopped"],
+        "stopped": statuses[TraceStatus.STOPPED],
         "stopped_exact": True,
-        "tokens": found["input_tokens"] + found["output_tokens"],
-        "cost_usd": found["cost_usd"],
+        "tokens": sum(row[1] + row[2] for row in rows),
+        "cost_usd": sum(row[3] for row in rows),
     }
 
 
 # The filters only raw rows answer (match and sort only shape them).
 RAW_ROW_FILTERS = ("agent", "tool", "status", "chosen_by", "q", "session", "score")
-TRACE_SUMS = {
-    "failed": Count("pk", filter=Q(status=TraceStatus.ERROR)),
-    "stopped": Count("pk", filter=Q(status=TraceStatus.STOPPED)),
-    "input_tokens": Sum("input_tokens", default=0),
-    "output_tokens": Sum("output_tokens", default=0),
-    "cost_usd": Sum("cost_usd", default=0.0),
-}
+# What the totals sum, by row.
+TRACE_SUMS = ("status", "input_tokens", "output_tokens", "cost_usd")
 
 
 def _rollup_totals(traces: QuerySet, time_range: TimeRange) -> dict[str, Any]:
