@@ -48,10 +48,6 @@ def _api_query(form: TraceFilterForm, time_range: TimeRange) -> str:
     return urlencode(values)
 
 
-# The raw-row filters of the traces page (match and sort only shape the others).
-SPAN_AND_TRACE_FILTERS = ("agent", "tool", "status", "chosen_by", "q", "session", "score")
-
-
 def _trace_totals(traces: QuerySet, form: TraceFilterForm, time_range: TimeRange) -> dict[str, Any]:
     """Return how many traces match, with failures or stopped, their tokens and cost.
 
