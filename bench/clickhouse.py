@@ -571,15 +571,48 @@ def postgres_reads(w: Window) -> dict[str, list[tuple[str, list]]]:
     }
 
 
-def timed(run: Callable[[], int], repeat: int) -> tuple[float, float, int]:
-    """Return median and p95 (ms) of `repeat` runs after one warm-up, and the rows answered."""
+@dataclass
+class Timing:
+    """Wall-clock median and p95 of a read's runs, its mean CPU time, and its rows."""
+
+    median: float
+    p95: float
+    cpu: float
+    rows: int
+
+
+def timed(run: Callable[[], int], repeat: int, cpu_seconds: Callable[[], float]) -> Timing:
+    """Time `repeat` runs after one warm-up: wall clock each, and CPU over all of them.
+
+    CPU time moves far less than wall time when other work shares the cores.
+    """
     rows = run()
     times = []
+    cpu_before = cpu_seconds()
     for _ in range(repeat):
         started = time.perf_counter()
         run()
         times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times), percentile(times, 0.95), rows
+    cpu = (cpu_seconds() - cpu_before) * 1000 / repeat
+    return Timing(statistics.median(times), percentile(times, 0.95), cpu, rows)
+
+
+def backend_cpu(conn: psycopg.Connection) -> Callable[[], float]:
+    """Return a reader of the CPU seconds this connection's PostgreSQL backend has used.
+
+    From /proc, so only for a server on this machine (else NaN). In 10 ms ticks: summed
+    over the repeats. Parallel workers would escape it, so the session runs without them.
+    """
+    stat = Path(f"/proc/{conn.info.backend_pid}/stat")
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float:
+        if not stat.exists():
+            return float("nan")
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+
+    return read
 
 
 def run_postgres(conn: psycopg.Connection, statements: list[tuple[str, list]]) -> Callable[[], int]:
@@ -659,13 +692,19 @@ def print_reads(ch: ClickHouse, conn: psycopg.Connection, w: Window, repeat: int
     window = f"{w.since:%Y-%m-%d} .. {w.until:%Y-%m-%d %H:%M}"
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(f"\nReads, ms over {repeat} runs (window {window}; load average {load}):")
-    print(f"  {'read':28} {'CH median':>10} {'CH p95':>8} {'PG median':>10} {'PG p95':>8}  rows")
+    print(
+        f"  {'read':28} {'CH median':>9} {'p95':>7} {'CPU':>7}"
+        f" {'PG median':>10} {'p95':>7} {'CPU':>7}  rows"
+    )
+    conn.execute("SET max_parallel_workers_per_gather = 0")  # its CPU is then all in the backend
+    pg_cpu = backend_cpu(conn)
     for name, run in ch_reads.items():
-        ch_median, ch_p95, ch_rows = timed(run, repeat)
-        pg_median, pg_p95, pg_rows = timed(run_postgres(conn, pg_reads[name]), repeat)
+        in_ch = timed(run, repeat, time.process_time)  # chdb's threads are this process's
+        in_pg = timed(run_postgres(conn, pg_reads[name]), repeat, pg_cpu)
         print(
-            f"  {name:28} {ch_median:>10.1f} {ch_p95:>8.1f} {pg_median:>10.1f} {pg_p95:>8.1f}"
-            f"  {ch_rows}/{pg_rows}"
+            f"  {name:28} {in_ch.median:>9.1f} {in_ch.p95:>7.1f} {in_ch.cpu:>7.1f}"
+            f" {in_pg.median:>10.1f} {in_pg.p95:>7.1f} {in_pg.cpu:>7.1f}"
+            f"  {in_ch.rows}/{in_pg.rows}"
         )
 
 
