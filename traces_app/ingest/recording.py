@@ -285,21 +285,29 @@ def _take_turns_and_find_stored(rows: Sequence[dict[str, Any]]) -> set[tuple[str
     starts inside it, so the look-up reads the trace's one or two days.
     """
     trace_ids = sorted({row["trace_id"] for row in rows})
-    span_ids = sorted({row["span_id"] for row in rows})
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(%s, hashtext(t)) FROM unnest(%s::text[]) AS t ORDER BY t",
             [TRACE_TURN_LOCK, trace_ids],
         )
+        # Only a trace stored before can hold stored spans: most batches bring new ones.
         cursor.execute(
-            "SELECT trace_id, span_id FROM traces_app_invocation WHERE trace_id = ANY(%s) "
-            "AND span_id = ANY(%s) AND started_at >= (SELECT min(started_at) FROM "
-            "traces_app_trace WHERE trace_id = ANY(%s)) AND started_at <= (SELECT "
-            "max(ended_at) FROM traces_app_trace WHERE trace_id = ANY(%s))",
-            [trace_ids, span_ids, trace_ids, trace_ids],
+            "SELECT array_agg(trace_id), min(started_at), max(ended_at) FROM traces_app_trace "
+            "WHERE trace_id = ANY(%s)",
+            [trace_ids],
         )
-        found = set(cursor.fetchall())
-    return found & {(row["trace_id"], row["span_id"]) for row in rows}
+        known, low, high = cursor.fetchone()
+        if not known:
+            return set()
+        known = set(known)
+        keys = [(row["trace_id"], row["span_id"]) for row in rows if row["trace_id"] in known]
+        cursor.execute(
+            "SELECT s.trace_id, s.span_id FROM unnest(%s::text[], %s::text[]) AS k(trace_id, "
+            "span_id) JOIN traces_app_invocation s ON s.trace_id = k.trace_id "
+            "AND s.span_id = k.span_id WHERE s.started_at >= %s AND s.started_at <= %s",
+            [[key[0] for key in keys], [key[1] for key in keys], low, high],
+        )
+        return set(cursor.fetchall())
 
 
 def trace_deltas(spans: Sequence[tuple[InvocationIn, dict[str, Any]]]) -> list[dict[str, Any]]:
