@@ -33,6 +33,7 @@ from traces_app.partitions.layout import (
 from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.rollups.retention import purge_past_retention
 from traces_app.schemas import InvocationIn
+from traces_app.tasks import maintain_span_partitions_task
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -173,3 +174,14 @@ def test_the_command_reports_the_layout():
     out = StringIO()
     call_command("partition_spans", "--status", stdout=out)
     assert "spans are partitioned by day" in out.getvalue()
+
+
+def test_the_periodic_job_makes_the_coming_days_again():
+    tomorrow = day_of(NOW) + timedelta(days=1)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {partition_name(tomorrow)}")
+    assert tomorrow not in days_with_partitions()
+    result = maintain_span_partitions_task()
+    assert partition_name(tomorrow) in result["made"]
+    assert result["conversion"] == "done"
+    assert tomorrow in days_with_partitions()
