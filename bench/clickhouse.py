@@ -35,9 +35,10 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from figures import percentile  # noqa: E402  (bench/ is the script's folder)
+try:
+    from figures import percentile  # run as a script: its folder, bench/, is on the path
+except ImportError:  # imported as bench.clickhouse (the docs test reads its schema)
+    from bench.figures import percentile
 
 SPAN_COLUMNS = (
     "trace_id, span_id, parent_span_id, kind, tool_name, tool_call_id, chosen_by, ran_on, "
@@ -464,6 +465,19 @@ def binary_id(expression: str, width: str = "UInt128") -> str:
     return f"reinterpretAs{width}(unhex({expression}))"
 
 
+def drop_oldest_day(ch: ClickHouse) -> tuple[str, int, float]:
+    """Drop the oldest day of spans, as retention would; return (day, bytes freed, ms)."""
+    day, size = ch.rows(
+        "SELECT partition, sum(bytes_on_disk) FROM system.parts WHERE active "
+        "AND database = currentDatabase() AND table = 'spans' "
+        "GROUP BY partition ORDER BY partition LIMIT 1"
+    )[0]
+    started = time.perf_counter()
+    for table in ("spans", "traces", "trace_totals"):
+        ch.query(f"ALTER TABLE {table} DROP PARTITION '{day}'")
+    return day, int(size), (time.perf_counter() - started) * 1000
+
+
 def clickhouse_reads(ch: ClickHouse, w: Window) -> dict[str, Callable[[], int]]:
     """Return each read a page makes on ClickHouse, as a call that returns its rows."""
     since, until = w.literal(w.since), w.literal(w.until)
@@ -751,6 +765,9 @@ def main() -> int:
         )
         again = ", ".join(f"{name} {value:,.0f}" for name, value in send_again(ch).items())
         print(f"one batch sent again: {again}")
+        ch.query("USE ares")
+        day, size, ms = drop_oldest_day(ch)
+        print(f"retention: day {day} dropped ({size / 1e6:.1f} MB of spans) in {ms:.0f} ms")
     finally:
         conn.close()
         if not args.store:

@@ -19,6 +19,8 @@ a comment on the line before the fence, `<!-- check: KIND ARGS -->`:
   for a list of them), `workflow` (imported by `manage.py import_workflow`), `plan` (read
   and checked as an agent's plan), `engine-text TOOL ARGUMENTS` (the text the engine
   answers for that call), `tool-request` (an agent's tool request, parsed).
+- `clickhouse-schema DAYS` (an `sql` block): verbatim the DDL `bench/clickhouse.py` creates
+  with a retention of DAYS; checked without ClickHouse.
 
 A block of any other kind fails. Beside the blocks, every path, dotted module, setting and
 link the pages name must exist, and the README must link every page of docs/.
@@ -418,6 +420,12 @@ def check_tool_request(block: Block, request: pytest.FixtureRequest) -> None:
     assert requests and all(r.server and r.tool for r in requests), str(block)
 
 
+def check_clickhouse_schema(block: Block, request: pytest.FixtureRequest) -> None:
+    bench = importlib.import_module("bench.clickhouse")  # imports no chdb
+    statements = bench.schema(int(block.args))
+    assert block.text == ";\n\n".join(statements) + ";\n", f"{block}: not bench.clickhouse.schema"
+
+
 CHECKS: dict[str, Callable[[Block, pytest.FixtureRequest], None]] = {
     "shell": check_shell,
     "python": check_python,
@@ -428,6 +436,7 @@ CHECKS: dict[str, Callable[[Block, pytest.FixtureRequest], None]] = {
     "plan": check_plan,
     "engine-text": check_engine_text,
     "tool-request": check_tool_request,
+    "clickhouse-schema": check_clickhouse_schema,
 }
 
 
