@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 
 SPAN_TABLE = "traces_app_invocation"
 # While partitions/conversion.py copies a populated table, the partitioned copy.
@@ -144,30 +144,28 @@ def make_partitions(table: str, days: Iterable[date]) -> list[str]:
     Each is made as a plain table, then attached: ATTACH takes a lock that lets reads
     and writes of the other partitions go on (CREATE TABLE ... PARTITION OF would lock
     the whole table against them), and checks an empty table at once. Makers take turns
-    on one advisory lock, so two processes making the same day do not clash.
+    on one advisory lock (held to the end of the transaction), so two processes making
+    the same day do not clash.
     """
     quote = connection.ops.quote_name
     made = []
     for day in sorted(set(days)):
         name = partition_name(day)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [PARTITION_LOCK_KEY])
-            try:
-                if relkind(name):
-                    _attach_if_detached(cursor, table, name, day)
-                    continue
-                cursor.execute(
-                    f"CREATE TABLE {quote(name)} (LIKE {quote(table)} "
-                    "INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)"
-                )
-                cursor.execute(
-                    f"ALTER TABLE {quote(table)} ATTACH PARTITION {quote(name)} "
-                    "FOR VALUES FROM (%s) TO (%s)",
-                    [day_start(day), day_start(day + DAY)],
-                )
-                made.append(name)
-            finally:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [PARTITION_LOCK_KEY])
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PARTITION_LOCK_KEY])
+            if relkind(name):
+                _attach_if_detached(cursor, table, name, day)
+                continue
+            cursor.execute(
+                f"CREATE TABLE {quote(name)} (LIKE {quote(table)} "
+                "INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)"
+            )
+            cursor.execute(
+                f"ALTER TABLE {quote(table)} ATTACH PARTITION {quote(name)} "
+                "FOR VALUES FROM (%s) TO (%s)",
+                [day_start(day), day_start(day + DAY)],
+            )
+            made.append(name)
     return made
 
 
