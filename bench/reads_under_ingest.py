@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,12 +68,12 @@ class Round:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--seed-spans", type=int, default=20_000, help="spans loaded first")
-    parser.add_argument("--ingest-spans", type=int, default=200_000, help="spans per round")
+    parser.add_argument("--seed-spans", type=int, default=10_000, help="spans loaded first")
+    parser.add_argument("--ingest-spans", type=int, default=30_000, help="spans per round")
     parser.add_argument("--clients", type=int, default=8, help="concurrent ingest clients")
     parser.add_argument("--readers", type=int, default=2, help="concurrent reader threads")
     parser.add_argument("--think", type=float, default=0.1, help="seconds between reads")
-    parser.add_argument("--idle-seconds", type=float, default=15.0)
+    parser.add_argument("--idle-seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--server-env", action="append", default=[], metavar="NAME=VALUE",
@@ -142,11 +143,16 @@ def get_once_more_on_reset(
         return http.get(path)
 
 
+def path_label(path: str) -> str:
+    """Return the read's name in the figures: its path, any trace's id as <id>."""
+    return re.sub(r"/traces/[^/]+/", "/traces/<id>/", path)
+
+
 def read_until(
     stop: threading.Event, port: int, login: tuple[str, str], key: str, think: float,
-    times: dict[str, list[float]], errors: list[str],
+    times: dict[str, list[float]], errors: list[str], ready: threading.Barrier,
 ) -> None:  # fmt: skip
-    """Read every target in turn until `stop` is set, adding each read's ms to `times`."""
+    """Log in, wait for the other readers, then read every target in turn until `stop`."""
     base = f"http://127.0.0.1:{port}"
     with (
         httpx.Client(base_url=base, timeout=120) as page,
@@ -154,6 +160,7 @@ def read_until(
     ):
         log_in(page, *login)
         targets = read_targets(api)
+        ready.wait()
         while not stop.is_set():
             for kind, path in targets:
                 started = time.perf_counter()
@@ -163,27 +170,30 @@ def read_until(
                     errors.append(f"GET {path}: HTTP {response.status_code}")
                     return
                 times.setdefault(kind, []).append(elapsed)
+                times.setdefault(path_label(path), []).append(elapsed)
                 if stop.wait(think):
                     return
 
 
 def measure_reads(
     port: int, login: tuple[str, str], key: str, args: argparse.Namespace,
-    until: threading.Event,
+    until: threading.Event, start: Callable[[], None],
 ) -> dict[str, list[float]]:  # fmt: skip
-    """Run the readers until `until` is set; return every read's ms by kind."""
+    """Log the readers in, call `start`, read until `until` is set; return the ms by kind."""
     times: dict[str, list[float]] = {}
     errors: list[str] = []
+    ready = threading.Barrier(args.readers + 1, action=start)
     readers = [
         threading.Thread(
             target=read_until,
-            args=(until, port, login, key, args.think, times, errors),
+            args=(until, port, login, key, args.think, times, errors, ready),
             daemon=True,
         )
         for _ in range(args.readers)
     ]
     for reader in readers:
         reader.start()
+    ready.wait()
     for reader in readers:
         reader.join()
     if errors:
@@ -200,8 +210,7 @@ def run_round(
     idle = threading.Event()
     timer = threading.Timer(args.idle_seconds, idle.set)
     timer.daemon = True
-    timer.start()
-    result.idle = measure_reads(port, login, key, args, idle)
+    result.idle = measure_reads(port, login, key, args, idle, timer.start)
     loaded = threading.Event()
     outcome: list[float | BenchError] = []
 
@@ -214,8 +223,7 @@ def run_round(
             loaded.set()
 
     sender = threading.Thread(target=ingest, daemon=True)
-    sender.start()
-    result.loaded = measure_reads(port, login, key, args, loaded)
+    result.loaded = measure_reads(port, login, key, args, loaded, sender.start)
     sender.join()
     if isinstance(outcome[0], BenchError):
         raise outcome[0]
@@ -286,6 +294,10 @@ def print_summary(name: str, rounds: list[Round]) -> bool:
             p50 = [r.figure(phase, kind, 0.5) for r in rounds]
             p95 = [r.figure(phase, kind, 0.95) for r in rounds]
             print(f"  {kind:<4} {label:<12} p50 {spread(p50, ' ms'):<20} p95 {spread(p95, ' ms')}")
+    for label in ("/", "/traces/", "/traces/<id>/", "/api/v1/traces?limit=50"):
+        p95 = [(r.figure("idle", label, 0.95), r.figure("loaded", label, 0.95)) for r in rounds]
+        idle, loaded = (statistics.median(phase) for phase in zip(*p95, strict=True))
+        print(f"  {label:<24} p95 idle {idle:6.0f} ms, under ingest {loaded:6.0f} ms")
     ratios = [r.ratio("page") for r in rounds]
     rates = [r.spans_per_second for r in rounds]
     ratio = statistics.median(ratios)
