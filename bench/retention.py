@@ -8,9 +8,9 @@ deletes that day's first hours; the partitioned one drops whole days only) and t
 `purge_past_retention()`, what the periodic job runs (and, apart, its partition drops).
 Prints the spans, traces and rollup calls before and after, the seconds, and the bytes of
 the span table (every partition, with indexes and TOAST: pg_total_relation_size) and of
-the trace table, before, after, and with `--vacuum` after a plain VACUUM (ANALYZE) of both. The migrations are not run:
-the copy is measured on whatever layout the source has. The copy is dropped afterwards
-unless `--keep`.
+the trace table, before, after, and with `--vacuum` after a plain VACUUM (ANALYZE) of both.
+The migrations are not run: the copy is measured on whatever layout the source has. The
+copy is dropped afterwards unless `--keep`.
 
     .venv/bin/python bench/retention.py [--source ares_pages_10000000] [--vacuum]
 """
