@@ -3,21 +3,21 @@
 import gc
 import os
 
-# One sync worker per core: ingest is CPU-bound Python, and the database shares the
+# One worker per core: ingest is CPU-bound Python, and the database shares the
 # cores. More workers add ~95 MB each and no throughput (bench/ingest.py on 2 cores:
 # 2 workers 9,000 spans/s at 204 MB, 3 workers 8,600 spans/s at 294 MB).
 workers = int(os.environ.get("GUNICORN_WORKERS", len(os.sched_getaffinity(0))))
 # Threads, so that a read finds a free one however many ingest requests are in: those run
 # ARES_INGEST_CONCURRENCY at a time (ares_site/ingest_slots.py), one core left to readers
 # while they read; the rest wait holding only a thread. Sync workers (one request each)
-# left reads queued behind ingest batches: page p95 13 s instead of 1 s (docs/operations.md).
+# left reads queued behind ingest batches (docs/operations.md, "Reads under ingest load").
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
 threads = int(os.environ.get("GUNICORN_THREADS", 16))
 # Read by the workers' settings (the master's environment is theirs): one slot per core.
 os.environ.setdefault("ARES_INGEST_CONCURRENCY", str(workers))
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
-# Seconds a request may take before its sync worker is restarted: above the sandbox
-# chat's stream (ARES_SANDBOX_TIMEOUT_S, 110 s by default), which holds a worker that long.
+# Seconds a request may take before its worker is restarted: above the sandbox
+# chat's stream (ARES_SANDBOX_TIMEOUT_S, 110 s by default), which holds a thread that long.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 120))
 # One fixed socket path per user would clash between servers on one machine.
 control_socket_disable = True
