@@ -160,7 +160,8 @@ def test_the_purge_horizon_never_moves_back(purged_hour_of_100_calls: datetime, 
 
 def test_the_purge_deletes_ended_traces_with_their_scores_and_spirals(settings: Any) -> None:
     old_trace, running_trace = secrets.token_hex(16), secrets.token_hex(16)
-    old_start, long_start = NOW - timedelta(days=3), NOW - timedelta(days=2, hours=2)
+    # Both before the day of the horizon (two days back): PostgreSQL drops whole days.
+    old_start, long_start = NOW - timedelta(days=3), NOW - timedelta(days=3, hours=2)
     spans = [
         *(make_span(trace_id=old_trace, started_at=(old_start + timedelta(seconds=n)).isoformat(),
                     status="error", error_kind="timeout") for n in range(3)),

@@ -11,7 +11,9 @@ they build (a plain CREATE INDEX holds a lock that blocks every write to the tab
 the minutes a build takes). CONCURRENTLY cannot run inside a transaction, hence a
 non-atomic migration. A concurrent build that fails (interrupted, or a deadlock) leaves
 an invalid index behind, which IF NOT EXISTS would keep for good: it is dropped and built
-again. Reversing drops them, concurrently too.
+again. Reversing drops them, concurrently too. On the span table partitioned by day
+(migration 0018: this one runs again on it only when migrating back and forth) PostgreSQL
+cannot build or drop an index concurrently: there it is a plain CREATE or DROP INDEX.
 """
 
 from django.db import migrations
@@ -34,23 +36,32 @@ def invalid_indexes(schema_editor, names):
         return {row[0] for row in cursor.fetchall()}
 
 
+def concurrently(schema_editor):
+    """Return " CONCURRENTLY", or "" for a partitioned span table (see above)."""
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SELECT relkind FROM pg_class WHERE oid = 'traces_app_invocation'::regclass")
+        return "" if cursor.fetchone()[0] == "p" else " CONCURRENTLY"
+
+
 def create_indexes(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    how = concurrently(schema_editor)
     for name in invalid_indexes(schema_editor, INDEXES):
-        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        schema_editor.execute(f"DROP INDEX{how} IF EXISTS {name}")
     for name, expression in INDEXES.items():
         schema_editor.execute(
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON traces_app_invocation "
+            f"CREATE INDEX{how} IF NOT EXISTS {name} ON traces_app_invocation "
             f"USING gin (({expression}) gin_trgm_ops)"
         )
 
 
 def drop_indexes(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
+        how = concurrently(schema_editor)
         for name in INDEXES:
-            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            schema_editor.execute(f"DROP INDEX{how} IF EXISTS {name}")
 
 
 class Migration(migrations.Migration):
