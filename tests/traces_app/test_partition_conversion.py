@@ -4,8 +4,8 @@ A real database migrated to 0017 (one span table, as an existing site has it) is
 by `manage.py ares_demo`. Then, while another process keeps ingesting (new spans over
 several days, and spans sent again with another start time), migration 0018 starts the
 conversion and `manage.py partition_spans` copies: it is killed with SIGKILL mid-copy,
-run again, and finishes. Afterwards every span is stored once, none sent is missing,
-and each trace's totals agree with its spans.
+then two copiers resume it at once, and one of them switches. Afterwards every span is
+stored once, none sent is missing, and each trace's totals agree with its spans.
 """
 
 from __future__ import annotations
@@ -146,7 +146,23 @@ def test_a_populated_table_is_converted_while_ingest_goes_on_and_a_killed_copy_r
         copier.wait(timeout=30)
         assert "not switched yet" in manage(env, "partition_spans", "--status")
         time.sleep(1)  # ingest goes on between the two runs
-        assert "spans are partitioned by day" in manage(env, "partition_spans", "--batch", "500")
+        # Resumed by two copiers at once (the periodic job and an operator's command):
+        # they take turns on the batches, and one of them switches.
+        both = [
+            subprocess.Popen(
+                [sys.executable, "manage.py", "partition_spans", "--batch", "100"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+            for _ in range(2)
+        ]
+        for copier in both:
+            out, err = copier.communicate(timeout=600)
+            assert copier.returncode == 0, err[-3000:]
+            assert "spans are partitioned by day" in out
         time.sleep(1)  # and after the switch
     finally:
         stop.touch()

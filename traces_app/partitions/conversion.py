@@ -100,6 +100,8 @@ def start() -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         # Writers finish first and wait after: the largest id below is then exact.
         cursor.execute(f"LOCK TABLE {SPAN_TABLE} IN SHARE ROW EXCLUSIVE MODE")
+        if relkind(STATE_TABLE) or relkind(SPAN_TABLE) == "p":  # another process was first
+            return
         cursor.execute(f"DROP TABLE IF EXISTS {SHADOW_TABLE} CASCADE")
         cursor.execute(
             f"CREATE TABLE {SHADOW_TABLE} (LIKE {SPAN_TABLE} INCLUDING DEFAULTS "
@@ -192,6 +194,8 @@ def _mirror_trigger(event: str) -> str:
 
 def copy_batch(batch: int) -> int:
     """Copy the next `batch` rows the triggers did not see; return how many were read (0: done)."""
+    if not relkind(STATE_TABLE):  # another process finished and switched
+        return 0
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SELECT copied_up_to, copy_until FROM {STATE_TABLE} FOR UPDATE")
         copied_up_to, copy_until = cursor.fetchone()
@@ -227,6 +231,8 @@ def switch() -> bool:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL lock_timeout = '{SWITCH_LOCK_TIMEOUT}'")
             cursor.execute(f"LOCK TABLE {SPAN_TABLE} IN ACCESS EXCLUSIVE MODE")
+            if relkind(SPAN_TABLE) == "p":  # another process switched while this one waited
+                return True
             cursor.execute(f"SELECT copied_up_to, copy_until, indexes FROM {STATE_TABLE}")
             copied_up_to, copy_until, indexes = cursor.fetchone()
             if copied_up_to < copy_until:
