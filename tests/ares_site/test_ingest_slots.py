@@ -21,7 +21,7 @@ import pytest
 
 from ares_site.ingest_slots import READ_QUIET_S, IngestSlots
 from tests.conftest import subprocess_env
-from tests.traces_app.test_unavailable_db import GUNICORN, ROOT, free_port, wait_until_serving
+from tests.traces_app.test_unavailable_db import ROOT, gunicorn_client
 from traces_app.models import Invocation
 
 CONFIG = ROOT / "ares_site" / "gunicorn.conf.py"
@@ -140,23 +140,11 @@ time.sleep(600)
 @contextmanager
 def production_server(var_dir: Path, slots: int = 1) -> Iterator[httpx.Client]:
     """Run gunicorn with ares_site/gunicorn.conf.py, one worker and `slots` ingest slots."""
-    port = free_port()
     env = subprocess_env(
         ARES_VAR_DIR=str(var_dir), GUNICORN_WORKERS="1", ARES_INGEST_CONCURRENCY=str(slots)
     )
-    command = [str(GUNICORN), "ares_site.wsgi", "--config", str(CONFIG)]
-    with (var_dir / "gunicorn.log").open("w") as log:
-        server = subprocess.Popen(
-            [*command, "--bind", f"127.0.0.1:{port}"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-                wait_until_serving(client, server)
-                yield client
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    with gunicorn_client(env, var_dir / "gunicorn.log", config=CONFIG) as client:
+        yield client
 
 
 def post_in_thread(client: httpx.Client, body: dict) -> tuple[threading.Thread, list]:

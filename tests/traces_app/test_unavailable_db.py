@@ -64,14 +64,19 @@ def down(request, tmp_path_factory) -> Iterator[httpx.Client]:
 
 @contextmanager
 def gunicorn_client(
-    env: dict[str, str], log_path: Path, workers: int = 1
+    env: dict[str, str], log_path: Path, workers: int = 1, config: Path | None = None
 ) -> Iterator[httpx.Client]:
-    """Start the production server with `env`; yield a client once it serves."""
+    """Start gunicorn with `env`; yield a client once it serves.
+
+    Without `config`, `workers` sync workers; with it, what that config file says.
+    """
     port = free_port()
+    server_args = ["--config", str(config)] if config else [
+        "--workers", str(workers), "--worker-class", "sync"
+    ]  # fmt: skip
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [str(GUNICORN), "ares_site.wsgi", "--bind", f"127.0.0.1:{port}",
-             "--workers", str(workers), "--worker-class", "sync"],
+            [str(GUNICORN), "ares_site.wsgi", "--bind", f"127.0.0.1:{port}", *server_args],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
