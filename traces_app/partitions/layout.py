@@ -98,19 +98,23 @@ def partitions(table: str = SPAN_TABLE) -> list[Partition]:
 
 
 class _KnownDays:
-    """The days this process has seen a partition for, so ingest asks the catalog once a day."""
+    """The days this process has seen a partition for, so ingest asks the catalog once a day.
+
+    The conversion's copy names its partitions as the span table's (partition_name), so
+    a day known before the switch is still known after it.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.days: dict[str, set[date]] = {}
+        self.days: set[date] = set()
 
-    def missing(self, table: str, days: set[date]) -> set[date]:
+    def missing(self, days: set[date]) -> set[date]:
         with self.lock:
-            return days - self.days.get(table, set())
+            return days - self.days
 
-    def add(self, table: str, days: Iterable[date]) -> None:
+    def add(self, days: Iterable[date]) -> None:
         with self.lock:
-            self.days.setdefault(table, set()).update(days)
+            self.days.update(days)
 
     def forget(self) -> None:
         with self.lock:
@@ -123,18 +127,19 @@ known_days = _KnownDays()
 def ensure_span_partitions(moments: Iterable[datetime]) -> list[str]:
     """Make sure the days of these moments have a partition; return the partitions made.
 
-    Cheap when they exist (a set look-up per day). On SQLite, and on a PostgreSQL
-    table not converted yet, there is nothing to make.
+    A set look-up per day when this process has seen them; the catalog is read only for
+    a day it has not. On SQLite, and on a PostgreSQL table not converted yet, there is
+    nothing to make (a day noted then is looked up again if an insert finds it missing:
+    ingest/recording.py).
     """
-    table = partitioned_table()
-    if table is None:
+    if not on_postgresql():
         return []
-    days = {day_of(moment) for moment in moments}
-    missing = known_days.missing(table, days)
+    missing = known_days.missing({day_of(moment) for moment in moments})
     if not missing:
         return []
-    made = make_partitions(table, missing)
-    known_days.add(table, missing)
+    table = partitioned_table()
+    made = make_partitions(table, missing) if table else []
+    known_days.add(missing)
     return made
 
 
@@ -188,7 +193,7 @@ def ensure_days_ahead(today: date, ahead: int = DAYS_AHEAD) -> list[str]:
         return []
     days = [today + DAY * offset for offset in range(ahead + 1)]
     made = make_partitions(table, days)
-    known_days.add(table, days)
+    known_days.add(days)
     return made
 
 
