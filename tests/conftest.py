@@ -19,6 +19,36 @@ from django.test import override_settings
 
 from traces_app.models import ApiKey
 
+# The fixtures through which a test reaches the database (directly or through others: a
+# test's fixturenames hold every fixture it depends on).
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
+     "live_server", "admin_user", "admin_client", "django_user_model"}
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ARES_TESTS_DATABASE_ONLY=1, leave out the tests that never reach a database.
+
+    CI runs the suite on SQLite and on PostgreSQL side by side; a test without database
+    access (pytest-django refuses it any in this process) gives the same answer in both, so
+    the PostgreSQL pass runs only the others. A test that starts a process on the run's
+    database without a database fixture carries the `each_database` mark instead.
+    """
+    if os.environ.get("ARES_TESTS_DATABASE_ONLY") != "1":
+        return
+    kept, left_out = [], []
+    for item in items:
+        reaches = (
+            item.get_closest_marker("django_db") is not None
+            or item.get_closest_marker("each_database") is not None
+            or not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        )
+        (kept if reaches else left_out).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
 
 @pytest.fixture(scope="session", autouse=True)
 def quick_password_hashing() -> Iterator[None]:

@@ -24,6 +24,9 @@ from tests.conftest import subprocess_env
 from tests.traces_app.test_unavailable_db import ROOT, gunicorn_client
 from traces_app.models import Invocation
 
+# The production-server tests run gunicorn on the run's database.
+pytestmark = pytest.mark.each_database
+
 CONFIG = ROOT / "ares_site" / "gunicorn.conf.py"
 
 
