@@ -22,11 +22,13 @@ here in Python on both databases: the sample is read once for every section anyw
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import combinations
 from typing import NamedTuple
+
+from django.db.models import Q, QuerySet, Subquery
 
 from traces_app.models import Invocation, SpanKind, SpanStatus, Trace
 from traces_app.rollups.histogram import percentile_cont
@@ -143,10 +145,12 @@ def chain_report(
     With `tool`, pairs and chains are those that hold it, and waste and often-failing
     its row only.
     """
-    trace_ids, complete, latest_end = _sampled_traces(since, until, max_traces or MAX_TRACES)
-    by_trace = _tool_spans(trace_ids, (since, latest_end))
+    window = Trace.objects.filter(started_at__gte=since, started_at__lt=until, tool_calls__gt=0)
+    trace_ids, complete = _sampled_traces(window, max_traces or MAX_TRACES)
+    by_trace = _tool_spans(window, trace_ids)
     sequences = [(trace_id, _steps(by_trace[trace_id])) for trace_id in trace_ids]
     spans = [span for trace_id in trace_ids for span in by_trace[trace_id]]
+    spans_read = len(spans)
     if tool:
         spans = [span for span in spans if span.tool_name == tool]
     pairs = [pair for pair in _pairs(sequences) if not tool or tool in pair.tools]
@@ -155,7 +159,7 @@ def chain_report(
         since=since,
         until=until,
         traces_read=len(trace_ids),
-        spans_read=sum(len(found) for found in by_trace.values()),
+        spans_read=spans_read,
         sample_complete=complete,
         pairs=[pair for pair in pairs if pair.count >= min_count][:limit],
         chains=[chain for chain in chains if chain.count >= min_count][:limit],
@@ -164,46 +168,54 @@ def chain_report(
     )
 
 
-def _sampled_traces(
-    since: datetime, until: datetime, max_traces: int
-) -> tuple[list[str], bool, datetime]:
-    """Return the newest traces with tool calls in [since, until), within the caps, whether
-    they are all the window holds, and the latest end among them (`since` for none)."""
+def _sampled_traces(window: QuerySet[Trace], max_traces: int) -> tuple[list[str], bool]:
+    """Return the newest traces of the window, within the caps, and whether they are all
+    the window holds.
+
+    Read without their times: 10,000 time-zone-aware datetimes cost more than the query.
+    """
     rows = list(
-        Trace.objects.filter(started_at__gte=since, started_at__lt=until, tool_calls__gt=0)
-        .order_by("-started_at", "-trace_id")
-        .values_list("trace_id", "tool_calls", "ended_at")[: max_traces + 1]
+        window.order_by("-started_at", "-trace_id").values_list("trace_id", "tool_calls")[
+            : max_traces + 1
+        ]
     )
-    chosen, spans, latest_end = [], 0, since
-    for trace_id, tool_calls, ended_at in rows[:max_traces]:
+    chosen: list[str] = []
+    spans = 0
+    for trace_id, tool_calls in rows[:max_traces]:
         if chosen and spans + tool_calls > MAX_SPANS:
-            return chosen, False, latest_end
+            return chosen, False
         chosen.append(trace_id)
         spans += tool_calls
-        latest_end = max(latest_end, ended_at)
-    return chosen, len(rows) <= max_traces, latest_end
+    return chosen, len(rows) <= max_traces
 
 
-def _tool_spans(
-    trace_ids: Sequence[str], bounds: tuple[datetime, datetime]
-) -> dict[str, list[_Span]]:
-    """Return the tool spans of the traces, each trace's in time order, read within `bounds`.
+def _tool_spans(window: QuerySet[Trace], trace_ids: list[str]) -> dict[str, list[_Span]]:
+    """Return the tool spans of the sampled traces, each trace's in time order.
 
-    Ordered by the database and read without their times: making 10,000 time-zone-aware
-    datetimes costs more than the query itself.
+    The sample is the window's newest traces down to the last one chosen, so one query
+    reads it as the window's traces from that one on (no list of ids: a thousand
+    parameters a query cost more to send than the spans), within the sample's own time
+    bounds (of_trace_set): on PostgreSQL a slice of one day's partition, where reading
+    within the window read every span of it, of every day of a 7-day window. Ordered by
+    time (the index's order, where ordering by trace id is a text sort), grouped by trace
+    here, and read without their times, as the traces are.
     """
     by_trace: dict[str, list[_Span]] = defaultdict(list)
-    for start in range(0, len(trace_ids), 1000):  # SQLite's limit on a query's parameters
-        rows = (
-            Invocation.objects.filter(
-                trace_id__in=trace_ids[start : start + 1000], kind=SpanKind.TOOL
-            )
-            .within(bounds)
-            .order_by("trace_id", "started_at", "span_id")
-            .values_list(*_Span._fields)
-        )
-        for row in rows:
-            by_trace[row[0]].append(_Span._make(row))
+    if not trace_ids:
+        return by_trace
+    last = trace_ids[-1]
+    last_start = Subquery(Trace.objects.filter(pk=last).values("started_at"))
+    sample = window.filter(
+        Q(started_at__gt=last_start) | Q(started_at=last_start, trace_id__gte=last)
+    )
+    rows = (
+        Invocation.objects.of_trace_set(sample)
+        .filter(kind=SpanKind.TOOL)
+        .order_by("started_at", "span_id")
+        .values_list(*_Span._fields)
+    )
+    for row in rows:
+        by_trace[row[0]].append(_Span._make(row))
     return by_trace
 
 
@@ -225,8 +237,10 @@ def _pairs(sequences: Iterable[tuple[str, list[tuple[str, bool]]]]) -> list[Tool
     for trace_id, steps in sequences:
         failed = {name for name, step_failed in steps if step_failed}
         for two in combinations(sorted({name for name, _ in steps}), 2):
-            pair = pairs.setdefault(two, ToolPair(tools=two))
-            pair.add(trace_id, bool(failed & set(two)))
+            pair = pairs.get(two)
+            if pair is None:  # not setdefault: it would build a row for every pair seen
+                pair = pairs[two] = ToolPair(tools=two)
+            pair.add(trace_id, two[0] in failed or two[1] in failed)
     return sorted(pairs.values(), key=lambda pair: (-pair.count, pair.tools))
 
 
@@ -239,7 +253,9 @@ def _chains(sequences: Iterable[tuple[str, list[tuple[str, bool]]]]) -> list[Too
             for start in range(len(steps) - length + 1):
                 window = steps[start : start + length]
                 tools = tuple(name for name, _ in window)
-                chain = chains.setdefault(tools, ToolChain(tools=tools))
+                chain = chains.get(tools)
+                if chain is None:
+                    chain = chains[tools] = ToolChain(tools=tools)
                 chain.add(trace_id, any(failed for _, failed in window))
                 if tools not in seen_here:
                     chain.traces += 1

@@ -1,0 +1,78 @@
+"""The chains report's sample read in process: which traces' spans it reads at its edges."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.conftest import make_span
+from traces_app import tool_chains as chains
+from traces_app.ingest.recording import record_invocation
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+SINCE, UNTIL = NOW - timedelta(hours=2), NOW
+
+
+def record(trace_id: str, start: datetime, *steps: tuple[str, float]) -> None:
+    """Record one trace's tool calls: (tool, seconds after `start`), in order."""
+    for tool, seconds in steps:
+        moment = start + timedelta(seconds=seconds)
+        record_invocation(**make_span(trace_id=trace_id, tool_name=tool, started_at=moment))
+
+
+def chain_names(report: chains.ChainReport) -> list[tuple[str, ...]]:
+    return [chain.tools for chain in report.chains]
+
+
+def test_it_cuts_traces_that_started_together_in_trace_id_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    start = NOW - timedelta(minutes=30)
+    low, middle, high = sorted(secrets.token_hex(16) for _ in range(3))
+    record(low, start, ("left", 0), ("out", 1))
+    record(middle, start, ("kept", 0), ("too", 1))
+    record(high, start, ("kept", 0), ("too", 1))
+    monkeypatch.setattr(chains, "MAX_TRACES", 2)
+    report = chains.chain_report(SINCE, UNTIL, min_count=1)
+    assert (report.traces_read, report.spans_read, report.sample_complete) == (2, 4, False)
+    assert chain_names(report) == [("kept", "too")]
+    assert report.chains[0].trace_ids == [high, middle]
+
+
+def test_it_reads_a_sampled_trace_s_spans_after_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trace_id = secrets.token_hex(16)
+    record(trace_id, UNTIL - timedelta(minutes=1), ("first", 0), ("after", 120))
+    report = chains.chain_report(SINCE, UNTIL, min_count=1)
+    assert chain_names(report) == [("first", "after")]
+
+
+def test_it_leaves_out_an_older_trace_s_spans_among_the_sampled_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    older, newer = secrets.token_hex(16), secrets.token_hex(16)
+    # The older trace runs on through the newer one's time: its calls there are not read.
+    record(older, NOW - timedelta(minutes=40), ("old", 0), ("still", 20 * 60))
+    record(newer, NOW - timedelta(minutes=25), ("new", 0), ("one", 10 * 60))
+    monkeypatch.setattr(chains, "MAX_TRACES", 1)
+    report = chains.chain_report(SINCE, UNTIL, min_count=1)
+    assert (report.traces_read, report.spans_read) == (1, 2)
+    assert chain_names(report) == [("new", "one")]
+    assert [row.tool_name for row in report.waste] == ["new", "one"]
+
+
+def test_it_reads_every_trace_when_the_window_holds_few() -> None:
+    first, second = secrets.token_hex(16), secrets.token_hex(16)
+    record(first, NOW - timedelta(minutes=50), ("a", 0), ("b", 1), ("c", 2))
+    record(second, NOW - timedelta(minutes=10), ("a", 0), ("b", 1))
+    record(secrets.token_hex(16), SINCE - timedelta(minutes=5), ("a", 0), ("b", 1))
+    report = chains.chain_report(SINCE, UNTIL, min_count=1)
+    assert (report.traces_read, report.spans_read, report.sample_complete) == (2, 5, True)
+    by_tools = {chain.tools: chain for chain in report.chains}
+    assert (by_tools["a", "b"].count, by_tools["a", "b"].trace_ids) == (2, [second, first])
+    assert by_tools["a", "b", "c"].count == 1
