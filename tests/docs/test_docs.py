@@ -64,6 +64,7 @@ OTHER_ENV = {
     "ARES_URL": "tests/otlp_libraries/setups/traceloop_sdk.py",
     "ARES_API_KEY": "tests/otlp_libraries/setups/traceloop_sdk.py",
     "ARES_AXE_REPORT": "tests/ares_site/test_accessibility.py",
+    "ARES_TESTS_DATABASE_ONLY": "tests/conftest.py",
     "ARES_KEY": "tests/docs/test_docs.py",  # the curl examples' key, replaced by a real one
 }
 # Paths the docs name that are not in the tree, and why.
