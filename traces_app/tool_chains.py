@@ -40,6 +40,10 @@ TRACE_LINKS = 20
 DEFAULT_MIN_COUNT = 2  # a chain seen once is no pattern
 DEFAULT_MIN_CALLS = 10  # fewer calls say nothing about how often a tool fails
 DEFAULT_LIMIT = 50
+# Plain strings: comparing a span's status with the enum member costs four times as much,
+# and the report compares every span's, several times.
+_ERROR: str = SpanStatus.ERROR.value
+_STOPPED: str = SpanStatus.STOPPED.value
 
 
 @dataclass
@@ -223,7 +227,7 @@ def _steps(spans: Iterable[_Span]) -> list[tuple[str, bool]]:
     """Return a trace's tool steps as (tool, failed): a tool's attempts in a row are one step."""
     steps: list[tuple[str, bool]] = []
     for span in spans:
-        failed = span.status == SpanStatus.ERROR
+        failed = span.status == _ERROR
         if steps and steps[-1][0] == span.tool_name:
             steps[-1] = (span.tool_name, failed)  # the last attempt decides
         else:
@@ -249,14 +253,15 @@ def _chains(sequences: Iterable[tuple[str, list[tuple[str, bool]]]]) -> list[Too
     chains: dict[tuple[str, ...], ToolChain] = {}
     for trace_id, steps in sequences:
         seen_here: set[tuple[str, ...]] = set()
+        names = [name for name, _ in steps]
+        failures = [failed for _, failed in steps]
         for length in (2, 3):
             for start in range(len(steps) - length + 1):
-                window = steps[start : start + length]
-                tools = tuple(name for name, _ in window)
+                tools = tuple(names[start : start + length])
                 chain = chains.get(tools)
                 if chain is None:
                     chain = chains[tools] = ToolChain(tools=tools)
-                chain.add(trace_id, any(failed for _, failed in window))
+                chain.add(trace_id, any(failures[start : start + length]))
                 if tools not in seen_here:
                     chain.traces += 1
                     seen_here.add(tools)
@@ -297,11 +302,13 @@ def _often_failing(spans: Iterable[_Span], min_calls: int) -> list[OftenFailing]
     """Return the tools with min_calls calls or more that fail more often than they succeed."""
     tools: dict[str, OftenFailing] = {}
     for span in spans:  # newest trace first, so the links are the newest failures
-        if span.status == SpanStatus.STOPPED:
+        if span.status == _STOPPED:
             continue
-        row = tools.setdefault(span.tool_name, OftenFailing(tool_name=span.tool_name))
+        row = tools.get(span.tool_name)
+        if row is None:
+            row = tools[span.tool_name] = OftenFailing(tool_name=span.tool_name)
         row.count += 1
-        if span.status == SpanStatus.ERROR:
+        if span.status == _ERROR:
             row.failed += 1
             if len(row.trace_ids) < TRACE_LINKS and span.trace_id not in row.trace_ids:
                 row.trace_ids.append(span.trace_id)
