@@ -9,10 +9,13 @@ deletes that day's first hours; the partitioned one drops whole days only) and t
 Prints the spans, traces and rollup calls before and after, the seconds, and the bytes of
 the span table (every partition, with indexes and TOAST: pg_total_relation_size) and of
 the trace table, before, after, and with `--vacuum` after a plain VACUUM (ANALYZE) of both.
-The migrations are not run: the copy is measured on whatever layout the source has. The
-copy is dropped afterwards unless `--keep`.
+With `--all`, every span is put past retention instead, for a database filled up to now
+(`pages.py`'s 1M one: a day of spans over two UTC days): the retention's clock is moved
+ahead so that the newest span's day is past. The migrations are not run unless
+`--migrate`: the copy is measured on whatever layout and schema the source has. The copy is
+dropped afterwards unless `--keep`.
 
-    .venv/bin/python bench/retention.py [--source ares_pages_10000000] [--vacuum]
+    .venv/bin/python bench/retention.py [--source ares_pages_10000000] [--vacuum] [--all]
 """
 
 from __future__ import annotations
@@ -57,11 +60,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--copy", default="ares_retention_bench", help="name of the copy")
     parser.add_argument("--keep", action="store_true", help="keep the copy afterwards")
     parser.add_argument("--vacuum", action="store_true", help="also time a plain VACUUM after")
+    parser.add_argument("--all", action="store_true", help="put every span past retention")
+    parser.add_argument("--migrate", action="store_true", help="migrate the copy before")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the copy's URL, run in a child
     return parser.parse_args()
 
 
-def measure(database_url: str, vacuum: bool) -> dict[str, object]:
+def measure(database_url: str, vacuum: bool, every_span: bool = False) -> dict[str, object]:
     """In this process: purge the oldest day past retention on the database; return figures."""
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("SECRET_KEY", "bench-only")
@@ -78,10 +83,17 @@ def measure(database_url: str, vacuum: bool) -> dict[str, object]:
 
     figures: dict[str, object] = {"before": counts(connection)}
     with connection.cursor() as cursor:
-        cursor.execute("SELECT min(started_at) FROM traces_app_invocation")
-        oldest = cursor.fetchone()[0]
+        cursor.execute("SELECT min(started_at), max(started_at) FROM traces_app_invocation")
+        oldest, newest = cursor.fetchone()
     next_day = (oldest + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    days = (timezone.now() - next_day) // timedelta(days=1)
+    if every_span:  # the newest span's day past: the cutoff an hour into the next
+        next_day = (newest + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+        ahead = next_day + timedelta(days=1, hours=1) - timezone.now()
+        _move_retention_clock(ahead)
+        figures["clock_ahead_hours"] = round(ahead / timedelta(hours=1), 1)
+        days = 1
+    else:
+        days = (timezone.now() - next_day) // timedelta(days=1)
     if days < 1:
         raise SystemExit(f"the oldest span ({oldest}) is within a day: nothing to purge")
     settings.ARES_RETENTION_DAYS = days
@@ -100,6 +112,17 @@ def measure(database_url: str, vacuum: bool) -> dict[str, object]:
         figures["vacuum_seconds"] = time.perf_counter() - started
         figures["after_vacuum"] = counts(connection)
     return figures
+
+
+def _move_retention_clock(ahead: timedelta) -> None:
+    """Run the retention's clock `ahead` of this one (its cutoff and horizon move with it)."""
+    from types import SimpleNamespace
+
+    from django.utils import timezone
+
+    from traces_app.rollups import retention
+
+    retention.timezone = SimpleNamespace(now=lambda: timezone.now() + max(ahead, timedelta()))
 
 
 def _time_partition_drops() -> list[float]:
@@ -174,7 +197,13 @@ def report(source: str, copy_seconds: float, figures: dict) -> None:
     verdict = "under" if figures["seconds"] < AIM_SECONDS else "OVER"
     print(f"\n### retention on a copy of {source} (copied in {copy_seconds:.0f} s)\n")
     print(
-        f"oldest span {figures['oldest']}, ARES_RETENTION_DAYS={figures['retention_days']}: "
+        f"oldest span {figures['oldest']}, ARES_RETENTION_DAYS={figures['retention_days']}"
+        + (
+            f" (the retention's clock {figures['clock_ahead_hours']} h ahead)"
+            if "clock_ahead_hours" in figures
+            else ""
+        )
+        + ": "
         f"purged {purged['spans']:,} spans and {purged['traces']:,} traces "
         f"({purged['scores']:,} scores) in {figures['seconds']:.2f} s "
         f"({verdict} the {AIM_SECONDS:g} s aim), of which dropping day partitions "
@@ -196,12 +225,18 @@ def report(source: str, copy_seconds: float, figures: dict) -> None:
 def main() -> int:
     args = parse_args()
     if args.child:
-        print(json.dumps(measure(args.child, args.vacuum)))
+        print(json.dumps(measure(args.child, args.vacuum, args.all)))
         return 0
     url, copy_seconds = copy_database(args.postgres_url, args.source, args.copy)
     try:
+        if args.migrate:
+            subprocess.run(
+                [sys.executable, "manage.py", "migrate", "-v0"],
+                cwd=ROOT, env={**os.environ, "DATABASE_URL": url}, check=True,
+            )  # fmt: skip
+        options = ["--vacuum"] * args.vacuum + ["--all"] * args.all
         done = subprocess.run(
-            [sys.executable, __file__, "--child", url] + (["--vacuum"] if args.vacuum else []),
+            [sys.executable, __file__, "--child", url, *options],
             cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True,
         )  # fmt: skip
     finally:
