@@ -80,6 +80,7 @@ def test_a_failing_spiral_to_what_changed_and_its_trace(
     row = page.locator("#active-spirals tbody tr", has_text="web_search")
     assert "Gave up" in row.inner_text()  # a failing spiral, listed as unresolved
     row.locator("a.spiral-link").click()  # 1
+    page.wait_for_url("**/spirals/*/")
     assert page.locator("#argument-changes tbody tr").count() == 2
     assert "query" in page.locator("#argument-changes").inner_text()
     page.click("#spiral-facts a.trace-link")  # 2

@@ -62,6 +62,7 @@ def test_it_runs_the_plan_and_shows_the_result(
 ) -> None:
     staff_page.goto(f"{live_server.url}/planner/try?request={quote('what is 2+3*4')}")
     staff_page.click("#run-button")
+    staff_page.wait_for_selector("#results tbody tr")
     cells = staff_page.locator("#results tbody tr").first.locator("td").all_inner_texts()
     assert cells[1:3] == ["calculator", "yes"]
     assert "14" in cells[3]

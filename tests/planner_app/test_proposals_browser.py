@@ -142,9 +142,11 @@ def test_dismissing_and_the_filters_in_the_browser(
     page.click("#dismiss-button")
     assert "comes back only if more than 2 requests" in page.locator("#decided").inner_text()
     page.click("#all-proposals")
+    page.wait_for_url("**/proposals/")
     assert page.locator("#proposals td.empty").count() == 1
     page.select_option("#id_status", "dismissed")
     page.click("#proposal-filters button")
+    page.wait_for_url("**status=dismissed**")
     assert page.locator("#proposals a.proposal-title").all_inner_texts() == [proposal.title]
 
 
