@@ -116,3 +116,71 @@ def test_a_rate_change_is_in_points() -> None:
     assert rate_change(0.25, 0.05).text == "+20.0 pts"
     assert rate_change(0.25, 0.05).tone == "worse"
     assert rate_change(None, 0.5).text == "no calls now"
+
+
+def _activity_row_by_row(time_range: Any) -> dict[str, Any]:
+    """The overview's sums as the rollup rows add up one by one (what the SQL sums replace)."""
+    from collections import defaultdict
+
+    from traces_app.models import SpanRollup
+    from traces_app.rollups.range_totals import SpanTotals
+
+    totals, by_bucket, agents = SpanTotals(), defaultdict(SpanTotals), defaultdict(SpanTotals)
+    chosen_by: dict[str, int] = defaultdict(int)
+    ran_on: dict[str, int] = defaultdict(int)
+    first = time_range.since.replace(minute=0, second=0, microsecond=0)
+    for rollup in SpanRollup.objects.filter(
+        bucket_start__gte=first, bucket_start__lt=time_range.until
+    ):
+        totals.add(rollup)
+        by_bucket[time_range.bucket_of(rollup.bucket_start)].add(rollup)
+        agents[rollup.agent or "(none)"].add(rollup)
+        if rollup.kind == "tool":
+            chosen_by[rollup.chosen_by or "unknown"] += rollup.calls
+            ran_on[rollup.ran_on or "unknown"] += rollup.calls
+    return {
+        "totals": totals, "by_bucket": dict(by_bucket), "by_agent": dict(agents),
+        "chosen_by": dict(chosen_by), "ran_on": dict(ran_on),
+    }  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("preset", ["24h", "7d", "30d"])  # hour buckets, then day buckets
+def test_the_overview_sums_in_the_database_agree_with_the_rows_added_one_by_one(
+    preset: str,
+) -> None:
+    spans = []
+    for index in range(60):
+        spans.append(
+            make_span(
+                started_at=(NOW - timedelta(hours=index * 7, minutes=index)).isoformat(),
+                kind="llm" if index % 5 == 0 else "tool",
+                tool_name="" if index % 5 == 0 else ("calculator", "web_search")[index % 2],
+                model="m" if index % 5 == 0 else "",
+                status=("ok", "error", "stopped")[index % 3],
+                error_kind="timeout" if index % 3 == 1 else "",
+                chosen_by=("planner", "llm", None)[index % 3],
+                ran_on=("builtin", "mcp:time", None)[index % 3],
+                agent=("bot", "", "helper")[index % 3],
+                input_tokens=index * 10,
+                output_tokens=index,
+                result_tokens=index * 2,
+                cost_usd=index / 7,
+            )  # fmt: skip
+        )
+    _record(*spans)
+    time_range, _ = parse_range({"range": preset}, NOW + timedelta(seconds=1))
+    summary, expected = activity(time_range), _activity_row_by_row(time_range)
+    assert summary.totals.calls > 0 and len(expected["by_bucket"]) > 1
+    assert summary.totals.cost_usd == pytest.approx(expected["totals"].cost_usd)
+    expected["totals"].cost_usd = summary.totals.cost_usd
+    assert summary.totals == expected["totals"]
+    for name in ("by_bucket", "by_agent"):
+        found = getattr(summary, name)
+        assert found.keys() == expected[name].keys()
+        for key, totals in found.items():
+            assert totals.cost_usd == pytest.approx(expected[name][key].cost_usd)
+            expected[name][key].cost_usd = totals.cost_usd
+            assert totals == expected[name][key], (name, key)
+    assert summary.tool_calls_by_chosen_by == expected["chosen_by"]
+    assert summary.tool_calls_by_ran_on == expected["ran_on"]
