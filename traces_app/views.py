@@ -15,7 +15,14 @@ from django.utils import timezone
 from traces_app import api, timeline
 from traces_app.api import count_up_to_limit, first_up_to_limit
 from traces_app.forms import SpiralFilterForm, TraceFilterForm, error_messages
-from traces_app.http.paging import NEWEST_FIRST, BadCursor, KeysetPage, SortKey, keyset_page
+from traces_app.http.paging import (
+    NEWEST_FIRST,
+    BadCursor,
+    KeysetPage,
+    SortKey,
+    encode_cursor,
+    keyset_page,
+)
 from traces_app.models import FailureSpiral, SpanRollup, ToolRollup, Trace, TraceStatus
 from traces_app.rollups.range_totals import fresh_range_context, range_spend
 from traces_app.rollups.ranges import TimeRange
@@ -25,12 +32,29 @@ PAGE_SIZE = 50
 
 @staff_member_required
 def traces(request: HttpRequest) -> HttpResponse:
-    """List the traces of a time range that pass the filters, newest first, a page at a time."""
-    context = _filtered_page(request, TraceFilterForm, Trace.objects.all())
+    """List the traces of a time range that pass the filters, newest first, a page at a time.
+
+    The totals read the newest matches (see _trace_totals); the first page in that order is
+    taken from them rather than searched for again: a text search or a tool filter over a
+    busy day is most of the page's time, and it runs once.
+    """
+    context = _filtered(request, TraceFilterForm, Trace.objects.all())
     form: TraceFilterForm = context["form"]
+    newest = context["matching"].order_by("-started_at", "-pk")
+    matches, exact = first_up_to_limit(newest, "pk", *TRACE_SUMS)
+    first_page = not (request.GET.get("after") or request.GET.get("before"))
+    # (exact or more than a page: the matches then hold the whole first page and whether
+    # there is more)
+    if first_page and form.sort_key == NEWEST_FIRST and (exact or len(matches) > PAGE_SIZE):
+        context["page"] = _first_page_of([match[0] for match in matches])
+    else:
+        context["page"], cursor_error = _page(context["matching"], request.GET, form.sort_key)
+        context["filter_errors"] += cursor_error
     context.update(
         rows=timeline.trace_rows(context["page"].rows),
-        totals=_trace_totals(context["matching"], form, context["time_range"]),
+        totals=_trace_totals(
+            [match[1:] for match in matches], exact, newest, form, context["time_range"]
+        ),
         api_query=_api_query(form, context["time_range"]),
         sort=form.order,
         sort_query=_without(request, "after", "before", "sort"),
@@ -48,16 +72,33 @@ def _api_query(form: TraceFilterForm, time_range: TimeRange) -> str:
     return urlencode(values)
 
 
-def _trace_totals(traces: QuerySet, form: TraceFilterForm, time_range: TimeRange) -> dict[str, Any]:
+def _first_page_of(newest_pks: list[str]) -> KeysetPage:
+    """Return the first page newest first, given the matches' keys in that order."""
+    found = Trace.objects.in_bulk(newest_pks[:PAGE_SIZE])
+    rows = [found[pk] for pk in newest_pks[:PAGE_SIZE] if pk in found]
+    has_older = len(newest_pks) > PAGE_SIZE
+    return KeysetPage(
+        rows,
+        next_cursor=encode_cursor(rows[-1], NEWEST_FIRST) if has_older and rows else None,
+        prev_cursor=None,
+    )
+
+
+def _trace_totals(
+    rows: list[tuple[Any, ...]],
+    exact: bool,
+    traces: QuerySet,
+    form: TraceFilterForm,
+    time_range: TimeRange,
+) -> dict[str, Any]:
     """Return how many traces match, with failures or stopped, their tokens and cost.
 
-    Read from the newest api.COUNT_LIMIT + 1 traces that match, as the API counts, so a
-    page load reads no more whatever the range holds. When more match, with a filter the
-    other figures are those of the newest COUNT_LIMIT (basis "newest"); without one, see
-    _rollup_totals. The page says which.
+    `rows` are TRACE_SUMS of the newest api.COUNT_LIMIT traces that match (first_up_to_limit
+    of `traces`, and `exact` whether those are all), as the API counts, so a page load reads
+    no more whatever the range holds. When more match, with a filter the other figures are
+    those of the newest COUNT_LIMIT (basis "newest"); without one, see _rollup_totals. The
+    page says which.
     """
-    traces = traces.order_by("-started_at", "-pk")
-    rows, exact = first_up_to_limit(traces, *TRACE_SUMS)
     filtered = any(form.cleaned_data.get(name) for name in RAW_ROW_FILTERS)
     if not exact and not filtered:
         return _rollup_totals(traces, time_range)
@@ -105,22 +146,28 @@ def _rollup_totals(traces: QuerySet, time_range: TimeRange) -> dict[str, Any]:
     }
 
 
-def _filtered_page(
+def _filtered(
     request: HttpRequest, form_class: type[TraceFilterForm | SpiralFilterForm], rows: QuerySet
 ) -> dict[str, Any]:
-    """Return a list page's context: its range, filter form and errors, and one page of rows."""
+    """Return a list page's context without its page: its range, filter form and errors."""
     context = fresh_range_context(request.GET, timezone.now())
     form = form_class(request.GET)
-    matching = form.filter(rows, context["time_range"])
-    key = form.sort_key if isinstance(form, TraceFilterForm) else NEWEST_FIRST
-    page, cursor_error = _page(matching, request.GET, key)
     context.update(
         form=form,
-        filter_errors=error_messages(form) + cursor_error,
-        page=page,
-        matching=matching,
+        matching=form.filter(rows, context["time_range"]),
+        filter_errors=error_messages(form),
         page_query=_without(request, "after", "before"),
     )
+    return context
+
+
+def _filtered_page(
+    request: HttpRequest, form_class: type[SpiralFilterForm], rows: QuerySet
+) -> dict[str, Any]:
+    """Return a list page's context: its range, filter form and errors, and one page of rows."""
+    context = _filtered(request, form_class, rows)
+    context["page"], cursor_error = _page(context["matching"], request.GET)
+    context["filter_errors"] += cursor_error
     return context
 
 

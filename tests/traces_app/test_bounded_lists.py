@@ -389,3 +389,54 @@ def test_on_postgresql_the_filters_read_only_the_partitions_of_the_range(
 
     assert layout.partition_name(layout.day_of(NOW)) in plan, plan
     assert layout.partition_name(layout.day_of(NOW - timedelta(days=3))) not in plan, plan
+
+
+def pages_walked(admin_client: Client, params: dict[str, str]) -> list[list[str]]:
+    """Return the trace ids of every page of the list, following its older-page cursors."""
+    pages, cursor = [], None
+    while True:
+        response = admin_client.get("/traces/", {**params, **({"after": cursor} if cursor else {})})
+        assert response.status_code == 200
+        pages.append([row.trace.pk for row in response.context["rows"]])
+        cursor = response.context["page"].next_cursor
+        if not cursor:
+            return pages
+
+
+@pytest.mark.parametrize(("params", "matches"), FILTERS)
+@pytest.mark.parametrize("limit", [traces_api.COUNT_LIMIT, 4], ids=["all counted", "capped"])
+def test_the_first_page_taken_from_the_totals_is_the_page_a_search_for_it_gives(
+    admin_client: Client,
+    mixed: list[str],
+    params: dict[str, str],
+    matches: Callable,
+    limit: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from traces_app import views
+
+    monkeypatch.setattr(views, "PAGE_SIZE", 3)
+    monkeypatch.setattr(traces_api, "COUNT_LIMIT", limit)
+    query = {**RANGE, **params}
+    form = TraceFilterForm(query)
+    matching = form.filter(Trace.objects.all(), TimeRange(SINCE, UNTIL, "six hours"))
+    searched = views.keyset_page(matching, 3)
+
+    pages = pages_walked(admin_client, query)
+
+    assert pages[0] == [trace.pk for trace in searched.rows]
+    newest_first = Trace.objects.filter(started_at__gte=SINCE, started_at__lt=UNTIL)
+    expected = [t.pk for t in newest_first.order_by("-started_at", "-pk") if matches(t)]
+    assert [pk for page in pages for pk in page] == expected and len(expected) >= 3
+
+
+def test_a_text_search_runs_once_for_the_first_page_and_its_totals(
+    admin_client: Client, mixed: list[str]
+) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get("/traces/", {**RANGE, "q": "flights"})
+
+    searches = [query["sql"] for query in queries if "request_text" in query["sql"]
+                and "LIKE" in query["sql"].upper()]  # fmt: skip
+    assert response.status_code == 200 and len(response.context["rows"]) == 3
+    assert len(searches) == 1, searches
