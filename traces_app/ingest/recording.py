@@ -29,7 +29,7 @@ from traces_app.partitions.layout import ensure_span_partitions, known_days
 from traces_app.rollups.marks import mark_rollups_dirty
 from traces_app.rollups.retention import oldest_storable
 from traces_app.schemas import InvocationFromDict, InvocationIn
-from traces_app.spirals.scanning import detect_spirals, spiral_candidates
+from traces_app.spirals.scanning import detect_spirals_in_traces, spiral_candidates
 from traces_app.tasks import recount_rollups_task
 
 logger = logging.getLogger(__name__)
@@ -284,8 +284,7 @@ def _store(spans: Sequence[InvocationIn], rows: Sequence[dict[str, Any]]) -> set
         )
         # In the same transaction, after the trace upsert: that row lock makes concurrent
         # batches of one trace take turns, so each re-reads the spans the other stored.
-        for trace_id in spiral_candidates([row for _, row in new], failed_calls):
-            detect_spirals(trace_id)
+        detect_spirals_in_traces(spiral_candidates([row for _, row in new], failed_calls))
     return inserted
 
 

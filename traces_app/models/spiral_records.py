@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,21 +26,23 @@ class SpiralResolution(models.TextChoices):
 
 
 class FailureSpiralManager(models.Manager):
-    def replace_for_trace(
-        self, trace_id: str, spirals: Sequence[Any], window_start: datetime | None = None
+    def replace_for_traces(
+        self, found: Mapping[str, tuple[Sequence[Any], datetime | None]]
     ) -> None:
-        """Store a trace's spirals as just detected (SpiralViews): update, add, drop stale.
+        """Store traces' spirals as just detected: per trace id, (SpiralViews, window start).
 
-        Keyed by (trace, tool, first span): a spiral that grows keeps its record and its
-        detected_at; one whose first span changed (a late earlier span) replaces the old.
-        Only spirals starting at or after `window_start` (when given) can be stale.
+        Update, add, drop stale, for all the traces in three queries. Keyed by (trace,
+        tool, first span): a spiral that grows keeps its record and its detected_at; one
+        whose first span changed (a late earlier span) replaces the old. Only a trace's
+        spirals starting at or after its window start (when given) can be stale.
         """
         records = [
             self.model(
                 trace_id=trace_id,
                 **{name: getattr(spiral, name) for name in SPIRAL_VIEW_FIELDS},
             )
-            for spiral in spirals
+            for trace_id in sorted(found)  # one order of row locks for every writer
+            for spiral in found[trace_id][0]
         ]
         if records:
             self.bulk_create(
@@ -49,12 +51,20 @@ class FailureSpiralManager(models.Manager):
                 unique_fields=["trace", "tool_name", "first_span_id"],
                 update_fields=[*SPIRAL_VIEW_FIELDS, "updated_at"],
             )
-        found = {(spiral.tool_name, spiral.first_span_id) for spiral in spirals}
-        stored = self.filter(trace_id=trace_id)
-        if window_start is not None:
-            stored = stored.filter(started_at__gte=window_start)
-        stored = stored.values_list("pk", "tool_name", "first_span_id")
-        stale = [pk for pk, tool_name, first in stored if (tool_name, first) not in found]
+        kept = {
+            (trace_id, spiral.tool_name, spiral.first_span_id)
+            for trace_id, (spirals, _) in found.items()
+            for spiral in spirals
+        }
+        stored = self.filter(trace_id__in=list(found)).values_list(
+            "pk", "trace_id", "tool_name", "first_span_id", "started_at"
+        )
+        stale = [
+            pk
+            for pk, trace_id, tool_name, first_span_id, started_at in stored
+            if (trace_id, tool_name, first_span_id) not in kept
+            and (found[trace_id][1] is None or started_at >= found[trace_id][1])
+        ]
         if stale:
             self.filter(pk__in=stale).delete()
 

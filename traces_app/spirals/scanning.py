@@ -2,7 +2,8 @@
 
 The rule itself is plain data in spirals/detection.py; this is where it meets the
 database: which traces new spans may have changed (spiral_candidates), detection for one
-trace, the periodic rescan, and the LLM turns that a spiral's calls cost. Ingest
+trace or for a batch's traces at once, the periodic rescan, and the LLM turns that a
+spiral's calls cost. Ingest
 (ingest/recording.py), the beat (tasks.py) and the agent loop's breaker all use it, so it
 imports neither of them.
 """
@@ -13,13 +14,14 @@ import dataclasses
 import threading
 from bisect import bisect_right
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, F, OuterRef, Q, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from traces_app.models import (
@@ -99,15 +101,65 @@ SPIRAL_WINDOW = 100
 def detect_spirals(trace_id: str) -> None:
     """Read a trace's newest tool calls and store their spirals, replacing older findings.
 
-    In ingest this runs after the trace's totals were updated, in the same transaction:
-    the trace's time bounds already hold the spans just stored.
+    The reads are the agent loop's breaker's (newest_tool_calls, with_llm_turns), so the
+    breaker and the dashboards agree; detect_spirals_in_traces finds the same for many.
     """
     spans = Invocation.objects.of_trace_ids([trace_id])
     calls = with_llm_turns(spans, newest_tool_calls(spans))
-    # With a full window, spirals that began before it are left as they were stored.
+    FailureSpiral.objects.replace_for_traces({trace_id: _found_spirals(calls)})
+
+
+def detect_spirals_in_traces(trace_ids: Iterable[str]) -> None:
+    """Detect and store the spirals of many traces at once, as detect_spirals does for one.
+
+    A constant number of queries whatever the number of traces (their bounds, their newest
+    tool calls, the LLM turns before them, then the spirals' writes), where one trace at
+    a time took six each. In ingest this runs after the traces' totals were updated, in
+    the same transaction: their time bounds already hold the spans just stored.
+    """
+    trace_ids = sorted(set(trace_ids))
+    if not trace_ids:
+        return
+    spans = Invocation.objects.of_trace_ids(trace_ids)
+    calls_by_trace = with_llm_turns_by_trace(spans, newest_tool_calls_by_trace(spans))
+    FailureSpiral.objects.replace_for_traces(
+        {trace_id: _found_spirals(calls_by_trace.get(trace_id, [])) for trace_id in trace_ids}
+    )
+
+
+def _found_spirals(calls: list[CallView]) -> tuple[list[Any], datetime | None]:
+    """Return the spirals in a trace's newest calls, and where the calls read begin.
+
+    With a full window, spirals that began before it are left as they were stored.
+    """
     window_start = calls[0].started_at if len(calls) == SPIRAL_WINDOW else None
-    FailureSpiral.objects.replace_for_trace(
-        trace_id, find_spirals(calls, spiral_rule()), window_start
+    return find_spirals(calls, spiral_rule()), window_start
+
+
+_CALL_FIELDS = (
+    "span_id", "tool_name", "status", "error_kind", "arguments", "started_at", "latency_ms",
+    "input_tokens", "output_tokens", "result_tokens", "cost_usd", "chosen_by", "tool_call_id",
+    "attempt",
+)  # fmt: skip
+
+
+def _call_view(row: Sequence[Any]) -> CallView:
+    """Return the CallView of a row of _CALL_FIELDS."""
+    (span_id, tool_name, status, error_kind, arguments, started_at, latency_ms, input_tokens,
+     output_tokens, result_tokens, cost_usd, chosen_by, tool_call_id, attempt) = row  # fmt: skip
+    return CallView(
+        span_id=span_id,
+        tool_name=tool_name,
+        status=status,
+        error_kind=error_kind,
+        arguments=arguments,
+        started_at=started_at,
+        latency_ms=latency_ms,
+        tokens=input_tokens + output_tokens + result_tokens,
+        cost_usd=cost_usd,
+        chosen_by=chosen_by,
+        tool_call_id=tool_call_id,
+        attempt=attempt,
     )
 
 
@@ -120,31 +172,37 @@ def newest_tool_calls(spans: InvocationQuerySet) -> list[CallView]:
     newest = (
         spans.filter(kind=SpanKind.TOOL)
         .order_by("-started_at", "-span_id")
-        .values_list(
-            "span_id", "tool_name", "status", "error_kind", "arguments", "started_at",
-            "latency_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
-            "chosen_by", "tool_call_id", "attempt",
-        )
-    )[:SPIRAL_WINDOW]  # fmt: skip
-    return [
-        CallView(
-            span_id=span_id,
-            tool_name=tool_name,
-            status=status,
-            error_kind=error_kind,
-            arguments=arguments,
-            started_at=started_at,
-            latency_ms=latency_ms,
-            tokens=input_tokens + output_tokens + result_tokens,
-            cost_usd=cost_usd,
-            chosen_by=chosen_by,
-            tool_call_id=tool_call_id,
-            attempt=attempt,
-        )
-        for (span_id, tool_name, status, error_kind, arguments, started_at, latency_ms,
-             input_tokens, output_tokens, result_tokens, cost_usd, chosen_by, tool_call_id,
-             attempt) in reversed(newest)
-    ]  # fmt: skip
+        .values_list(*_CALL_FIELDS)
+    )[:SPIRAL_WINDOW]
+    return [_call_view(row) for row in reversed(newest)]
+
+
+def _newest_per_trace(spans: InvocationQuerySet) -> InvocationQuerySet:
+    """Return the spans among `spans` that are among their trace's SPIRAL_WINDOW newest."""
+    newest_first = Window(
+        RowNumber(),
+        partition_by=[F("trace_id")],
+        order_by=[F("started_at").desc(), F("span_id").desc()],
+    )
+    return (
+        spans.annotate(newness=newest_first)
+        .filter(newness__lte=SPIRAL_WINDOW)
+        .order_by("trace_id", "started_at", "span_id")
+    )
+
+
+def newest_tool_calls_by_trace(spans: InvocationQuerySet) -> dict[str, list[CallView]]:
+    """Return newest_tool_calls for each trace among `spans`, in one query.
+
+    `spans` are the traces', within their time bounds (Invocation.objects.of_trace_ids).
+    """
+    calls: dict[str, list[CallView]] = {}
+    rows = _newest_per_trace(spans.filter(kind=SpanKind.TOOL)).values_list(
+        "trace_id", *_CALL_FIELDS
+    )
+    for trace_id, *row in rows:
+        calls.setdefault(trace_id, []).append(_call_view(row))
+    return calls
 
 
 # A trace whose spiral has seen no new call for this long has stopped spiralling.
@@ -207,17 +265,60 @@ def with_llm_turns(spans: InvocationQuerySet, calls: list[CallView]) -> list[Cal
     before it, shared evenly by the calls of that turn; its start moves back by that share
     of time, so a spiral starts when the model's first turn in it did.
     """
-    chosen = [
-        index for index, call in enumerate(calls)
-        if call.started_at is not None and call.chosen_by not in ("planner", "workflow")
-    ]  # fmt: skip
+    chosen = _chosen_by_model(calls)
     if not chosen:
         return calls
     turns = list(
         spans.filter(kind=SpanKind.LLM, started_at__lte=calls[chosen[-1]].started_at)
-        .order_by("-started_at")
-        .values_list("started_at", "latency_ms", "input_tokens", "output_tokens")[:SPIRAL_WINDOW]
+        .order_by("-started_at", "-span_id")
+        .values_list(*_TURN_FIELDS)[:SPIRAL_WINDOW]
     )[::-1]
+    return _add_turns(calls, chosen, turns)
+
+
+def with_llm_turns_by_trace(
+    spans: InvocationQuerySet, calls_by_trace: dict[str, list[CallView]]
+) -> dict[str, list[CallView]]:
+    """Return with_llm_turns for each trace's calls, the turns of all read in one query."""
+    chosen_by_trace = {
+        trace_id: chosen
+        for trace_id, calls in calls_by_trace.items()
+        if (chosen := _chosen_by_model(calls))
+    }
+    if not chosen_by_trace:
+        return calls_by_trace
+    before_last_chosen = Q()
+    for trace_id, chosen in chosen_by_trace.items():
+        last = calls_by_trace[trace_id][chosen[-1]].started_at
+        before_last_chosen |= Q(trace_id=trace_id, started_at__lte=last)
+    turns: dict[str, list[tuple[Any, ...]]] = {}
+    rows = _newest_per_trace(spans.filter(before_last_chosen, kind=SpanKind.LLM)).values_list(
+        "trace_id", *_TURN_FIELDS
+    )
+    for trace_id, *turn in rows:
+        turns.setdefault(trace_id, []).append(tuple(turn))
+    with_turns = dict(calls_by_trace)
+    for trace_id, chosen in chosen_by_trace.items():
+        calls = calls_by_trace[trace_id]
+        with_turns[trace_id] = _add_turns(calls, chosen, turns.get(trace_id, []))
+    return with_turns
+
+
+_TURN_FIELDS = ("started_at", "latency_ms", "input_tokens", "output_tokens")
+
+
+def _chosen_by_model(calls: list[CallView]) -> list[int]:
+    """Return the indexes of the calls a model chose (not the planner or a workflow)."""
+    return [
+        index for index, call in enumerate(calls)
+        if call.started_at is not None and call.chosen_by not in ("planner", "workflow")
+    ]  # fmt: skip
+
+
+def _add_turns(
+    calls: list[CallView], chosen: list[int], turns: Sequence[Sequence[Any]]
+) -> list[CallView]:
+    """Return the calls with their share of the turns (rows of _TURN_FIELDS, oldest first)."""
     starts = [turn[0] for turn in turns]
     owners = {index: bisect_right(starts, calls[index].started_at) - 1 for index in chosen}
     owners = {index: turn for index, turn in owners.items() if turn >= 0}
