@@ -367,8 +367,6 @@ ARES_PARTITION_COPY_S = env_float("ARES_PARTITION_COPY_S", 20.0, minimum=0.1)
 # Migration 0018 converts a span table of up to this many spans itself; a larger one is
 # left to those batches, so `migrate` stays short.
 ARES_PARTITION_IN_MIGRATION_UP_TO = env_int("ARES_PARTITION_IN_MIGRATION_UP_TO", 200_000, minimum=0)
-# Each web process asks for a recount of marked rollups at most this often after ingest.
-ARES_ROLLUP_REFRESH_INTERVAL_S = env_int("ARES_ROLLUP_REFRESH_INTERVAL_S", 10, minimum=0)
 # Pages recount the marked rollups of their range made more than this many seconds ago
 # before rendering: all of them without a broker; with one, the beat (every
 # ARES_ROLLUP_BEAT_S, above) normally has, and a page steps in only if workers fall behind.

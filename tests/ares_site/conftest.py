@@ -93,10 +93,9 @@ def screenshot() -> Callable[[Any, str], Path]:
 
 @pytest.fixture
 def rollups_and_rules_afresh(settings: Any) -> Iterator[None]:
-    """Refresh rollups on every batch, and forget rules cached from another test's database."""
+    """Read evidence afresh, and forget rules cached from another test's database."""
     from planner_app import ruleset_versions
 
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
     settings.ARES_PLANNER_EVIDENCE_TTL_S = 0
     ruleset_versions._cache.update(ruleset=None, stamp=None, checked_at=0.0)
     yield

@@ -89,7 +89,6 @@ def at(seconds: float) -> str:
 @pytest.fixture
 def big_trace(db: None, settings: Any) -> str:
     """Store a trace of a failing spiral then a success, with big tokens, latency and cost."""
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
     trace_id = secrets.token_hex(16)
     failing = [
         make_span(trace_id=trace_id, tool_name="calculator", arguments={"expression": f"1/{i}"},

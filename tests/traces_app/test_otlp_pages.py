@@ -244,7 +244,6 @@ def test_an_agent_reporting_over_otlp_shows_up_on_the_dashboards(
     tokens_in: int,
     tokens_out: int,
 ) -> None:
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0  # rollups counted after every export
     spans: dict[str, Any] = {}
     # No agent on the resource: the agent span's name is handed down to the tool call.
     assert sdk_export(lambda tracer: run(tracer, spans), {"service.name": "otlp-e2e"}) == SUCCESS

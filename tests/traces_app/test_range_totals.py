@@ -19,19 +19,17 @@ from traces_app.rollups.range_totals import (
     tool_totals,
 )
 from traces_app.rollups.ranges import parse_range
+from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.schemas import InvocationIn
 
 NOW = datetime.now(UTC)
 HOUR_AGO = NOW - timedelta(hours=1)
 
 
-@pytest.fixture(autouse=True)
-def refresh_after_every_batch(settings: Any) -> None:
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
-
-
 def _record(*spans: dict[str, Any]) -> None:
+    """Store spans, then recount the rollups they marked, as the beat does."""
     record_invocations([InvocationIn.model_validate(span) for span in spans])
+    recount_all_marked_rollups()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -46,7 +46,6 @@ PURGED_HOUR = NOW.replace(minute=0, second=0, microsecond=0) - timedelta(days=3)
 @pytest.fixture
 def purged_hour_of_100_calls(settings: Any) -> datetime:
     """Store 100 calls in an hour three days ago, then purge with a two-day retention."""
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
     spans = [
         make_span(started_at=(PURGED_HOUR + timedelta(seconds=30 * n)).isoformat())
         for n in range(100)

@@ -13,7 +13,6 @@ import pytest
 from django.core.management import call_command
 
 from tests.conftest import make_span
-from traces_app.ingest import recording
 from traces_app.ingest.recording import record_invocations
 from traces_app.models import Invocation, RollupMark, SpanRollup, ToolRollup
 from traces_app.rollups.recount import recount_all_marked_rollups, recount_marked_rollups
@@ -22,13 +21,6 @@ from traces_app.schemas import InvocationIn
 NOW = datetime.now(UTC)
 THIS_HOUR = NOW.replace(minute=0, second=0, microsecond=0)
 EARLIER_HOUR = THIS_HOUR - timedelta(hours=2)
-
-
-@pytest.fixture
-def no_recount_after_ingest(settings: Any) -> None:
-    """Make ingest leave its marks alone, as a process killed right after its commit does."""
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 3600
-    recording._recount_throttle.asked_at = time.monotonic()
 
 
 def _record(*spans: dict[str, Any]) -> None:
@@ -48,7 +40,7 @@ def _rolled_up_calls(tool: str) -> int:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_marks_the_buckets_of_new_spans_with_the_spans(no_recount_after_ingest: None) -> None:
+def test_it_marks_the_buckets_of_new_spans_with_the_spans() -> None:
     _record(
         _span(THIS_HOUR, 1),
         _span(THIS_HOUR, 2),
@@ -61,7 +53,7 @@ def test_it_marks_the_buckets_of_new_spans_with_the_spans(no_recount_after_inges
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_duplicate_span_adds_no_mark(no_recount_after_ingest: None) -> None:
+def test_a_duplicate_span_adds_no_mark() -> None:
     span = _span(THIS_HOUR, 1)
     _record(span)
     RollupMark.objects.all().delete()
@@ -70,9 +62,7 @@ def test_a_duplicate_span_adds_no_mark(no_recount_after_ingest: None) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_recount_consumes_the_marks_and_matches_the_raw_spans(
-    no_recount_after_ingest: None,
-) -> None:
+def test_a_recount_consumes_the_marks_and_matches_the_raw_spans() -> None:
     _record(*(_span(THIS_HOUR, minute) for minute in range(5)), _span(EARLIER_HOUR, 1))
     done = recount_marked_rollups()
     assert (done.marks, done.tool_buckets, done.hours, done.pending) == (2, 2, 2, 0)
@@ -82,7 +72,7 @@ def test_a_recount_consumes_the_marks_and_matches_the_raw_spans(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_bounded_recount_leaves_the_rest_pending(no_recount_after_ingest: None) -> None:
+def test_a_bounded_recount_leaves_the_rest_pending() -> None:
     for hours_ago in range(4):
         _record(_span(THIS_HOUR - timedelta(hours=hours_ago), 1))
     done = recount_marked_rollups(limit=3)
@@ -93,7 +83,7 @@ def test_a_bounded_recount_leaves_the_rest_pending(no_recount_after_ingest: None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_range_recount_leaves_other_hours_marked(no_recount_after_ingest: None) -> None:
+def test_a_range_recount_leaves_other_hours_marked() -> None:
     _record(_span(THIS_HOUR, 1), _span(EARLIER_HOUR, 1))
     recount_marked_rollups(THIS_HOUR, THIS_HOUR + timedelta(hours=1))
     assert set(RollupMark.objects.values_list("bucket_start", flat=True)) == {EARLIER_HOUR}
@@ -101,7 +91,7 @@ def test_a_range_recount_leaves_other_hours_marked(no_recount_after_ingest: None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_recounting_an_hour_drops_groups_its_spans_left(no_recount_after_ingest: None) -> None:
+def test_recounting_an_hour_drops_groups_its_spans_left() -> None:
     _record(_span(THIS_HOUR, 1, agent="my-service"), _span(THIS_HOUR, 2, agent="my-service"))
     recount_all_marked_rollups()
     # What OTLP attribution does when the agent span arrives later: new agent, marked hour.
@@ -122,7 +112,7 @@ PAGES = ["/", "/tools/", "/tools/calculator/", "/traces/"]
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("page", PAGES)
 def test_a_page_load_counts_spans_a_dead_process_left_marked(
-    page: str, api: httpx.Client, staff: httpx.Client, no_recount_after_ingest: None
+    page: str, api: httpx.Client, staff: httpx.Client
 ) -> None:
     spans = [make_span(tool_name="calculator") for _ in range(7)]
     assert api.post("/invocations", json={"invocations": spans}).json()["accepted"] == 7
@@ -135,7 +125,7 @@ def test_a_page_load_counts_spans_a_dead_process_left_marked(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_tools_page_shows_a_burst_on_the_next_load(
-    api: httpx.Client, staff: httpx.Client, no_recount_after_ingest: None
+    api: httpx.Client, staff: httpx.Client
 ) -> None:
     for _ in range(3):
         batch = [make_span(tool_name="burst_tool") for _ in range(400)]
@@ -147,7 +137,7 @@ def test_the_tools_page_shows_a_burst_on_the_next_load(
 
 @pytest.mark.django_db(transaction=True)
 def test_with_a_broker_a_page_leaves_young_marks_to_the_beat(
-    api: httpx.Client, staff: httpx.Client, no_recount_after_ingest: None, settings: Any
+    api: httpx.Client, staff: httpx.Client, settings: Any
 ) -> None:
     settings.ARES_ROLLUP_PAGE_GRACE_S = 3600  # what a broker's 2 x beat interval stands for
     api.post("/invocations", json={"invocations": [make_span()]})
@@ -157,7 +147,7 @@ def test_with_a_broker_a_page_leaves_young_marks_to_the_beat(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_page_says_when_marks_are_left_over(
-    api: httpx.Client, staff: httpx.Client, no_recount_after_ingest: None, settings: Any
+    api: httpx.Client, staff: httpx.Client, settings: Any
 ) -> None:
     settings.ARES_ROLLUP_PAGE_RECOUNT_MAX = 1
     for hours_ago in range(3):
@@ -169,7 +159,7 @@ def test_a_page_says_when_marks_are_left_over(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_check_rollups_reports_and_repairs_drift(no_recount_after_ingest: None) -> None:
+def test_check_rollups_reports_and_repairs_drift() -> None:
     _record(*(_span(THIS_HOUR, minute) for minute in range(4)), _span(EARLIER_HOUR, 5))
     recount_all_marked_rollups()
     ToolRollup.objects.filter(bucket_start=THIS_HOUR).update(calls=1, successes=1)
@@ -207,9 +197,7 @@ def test_check_rollups_refuses_a_bad_range() -> None:
 
 
 @pytest.mark.redis
-def test_a_real_worker_recounts_the_marks(
-    redis_worker: tuple[str, str], no_recount_after_ingest: None
-) -> None:
+def test_a_real_worker_recounts_the_marks(redis_worker: tuple[str, str]) -> None:
     from ares_site.celery import app as celery_app
     from traces_app.tasks import recount_rollups_task
 

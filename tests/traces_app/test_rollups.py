@@ -1,9 +1,8 @@
-"""Tool rollups: the pure histogram, refreshes from raw spans, retention, and the ingest hook."""
+"""Tool rollups: the pure histogram, refreshes from raw spans, retention, marks ingest leaves."""
 
 from __future__ import annotations
 
 import random
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 from django.db import models
 
 from tests.conftest import make_span
-from traces_app.ingest.recording import _RecountThrottle, record_invocations
+from traces_app.ingest.recording import record_invocations
 from traces_app.models import Invocation, RollupMark, SpanRollup, ToolRollup
 from traces_app.rollups.histogram import (
     BIN_COUNT,
@@ -28,12 +27,6 @@ from traces_app.rollups.recount import recount_all_marked_rollups
 from traces_app.rollups.retention import purge_past_retention
 from traces_app.schemas import InvocationIn
 from traces_app.tasks import purge_past_retention_task, recount_rollups_task
-
-
-@pytest.fixture(autouse=True)
-def refresh_after_every_batch(settings: Any) -> None:
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 0
-
 
 NOW = datetime.now(UTC)
 THIS_HOUR = NOW.replace(minute=0, second=0, microsecond=0)
@@ -74,6 +67,13 @@ def test_merge_sums_histograms_and_tallies() -> None:
 
 
 def _record(*spans: dict[str, Any]) -> None:
+    """Store spans, then recount the rollups they marked, as the beat does."""
+    _store(*spans)
+    recount_all_marked_rollups()
+
+
+def _store(*spans: dict[str, Any]) -> None:
+    """Store spans and leave their rollup marks, as ingest does."""
     record_invocations([InvocationIn.model_validate(span) for span in spans])
 
 
@@ -195,10 +195,8 @@ def test_purge_deletes_in_batches(settings: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_periodic_task_recounts_every_marked_bucket(settings: Any) -> None:
-    settings.ARES_ROLLUP_REFRESH_INTERVAL_S = 3600  # no recount after the batch
-    _recount_asked_just_now()
-    _record(*_mixed_spans())
+def test_the_periodic_task_recounts_every_marked_bucket() -> None:
+    _store(*_mixed_spans())
     assert not ToolRollup.objects.exists()
     assert RollupMark.objects.count() == 4  # calculator and web_search now, calculator earlier, llm
     assert recount_rollups_task.delay().get() == 4
@@ -207,14 +205,8 @@ def test_the_periodic_task_recounts_every_marked_bucket(settings: Any) -> None:
     assert not RollupMark.objects.exists()
 
 
-def _recount_asked_just_now() -> None:
-    from traces_app.ingest import recording
-
-    recording._recount_throttle.asked_at = time.monotonic()
-
-
 @pytest.mark.django_db(transaction=True)
-def test_it_refreshes_rollups_inline_when_spans_arrive_through_the_api(api, span) -> None:
+def test_spans_from_the_api_are_counted_by_the_next_recount_not_by_ingest(api, span) -> None:
     started = THIS_HOUR + timedelta(minutes=2)
     response = api.post(
         "/invocations",
@@ -226,17 +218,12 @@ def test_it_refreshes_rollups_inline_when_spans_arrive_through_the_api(api, span
         },
     )
     assert response.status_code < 300, response.text
+    assert not ToolRollup.objects.exists()
+    recount_rollups_task.delay().get()
     rollup = ToolRollup.objects.get(tool_name="calculator", bucket_start=THIS_HOUR)
     assert (rollup.calls, rollup.successes, rollup.failures) == (2, 1, 1)
     assert rollup.failures_by_kind == {"timeout": 1}
     assert rollup.latency_histogram[bucket_of(25.0)] >= 1
-
-
-def test_recount_throttle_asks_once_per_interval() -> None:
-    throttle = _RecountThrottle()
-    assert throttle.due(60) is True
-    assert throttle.due(60) is False
-    assert throttle.due(0) is True
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,7 +28,6 @@ from traces_app.rollups.marks import mark_rollups_dirty
 from traces_app.rollups.retention import oldest_storable
 from traces_app.schemas import InvocationFromDict, InvocationIn
 from traces_app.spirals.scanning import detect_spirals_in_traces, spiral_candidates
-from traces_app.tasks import recount_rollups_task
 
 logger = logging.getLogger(__name__)
 
@@ -77,18 +74,17 @@ class Refused:
 StoreOutcome = bool | Refused  # True: stored now; False: a duplicate of a stored span
 
 
-def record_invocations(
-    items: Sequence[InvocationIn], *, recount_rollups: bool = True
-) -> list[StoreOutcome]:
+def record_invocations(items: Sequence[InvocationIn]) -> list[StoreOutcome]:
     """Store validated spans and add them to their traces; return each item's outcome.
 
     Idempotent on (trace id, span id): the database decides, so a batch retried or sent
     twice at once never stores a span twice or counts it twice in its trace's totals.
     When the database refuses one span's values (a constraint, an encoding), the batch
     is stored span by span so that only that span is lost, and it comes back as Refused.
-    The spans' rollup buckets are marked in the same transaction (models.RollupMark);
-    a caller storing many batches in a row may pass recount_rollups=False and call
-    rollups.recount.recount_all_marked_rollups once at the end (ares_demo does).
+    The spans' rollup buckets are marked in the same transaction (models.RollupMark) and
+    never recounted here: a recount grows with the hour, and the beat's
+    recount-marked-rollups (every ARES_ROLLUP_BEAT_S) and pages (their range's marks,
+    before rendering) do it.
     """
     received_at = timezone.now()
     first_of_key: dict[tuple[str, str], InvocationIn] = {}
@@ -105,8 +101,6 @@ def record_invocations(
     except (DataError, IntegrityError):
         inserted, refused_by_database = _store_one_by_one(spans, rows)
         refused |= refused_by_database
-    if inserted and recount_rollups:
-        schedule_rollup_recount()
     seen: set[tuple[str, str]] = set()
     outcomes: list[StoreOutcome] = []
     for item in items:
@@ -177,52 +171,6 @@ def _refusal(exc: DatabaseError) -> Refused:
     field = (getattr(diag, "column_name", None) or "") if diag else ""
     reason = (getattr(diag, "message_primary", None) if diag else None) or str(exc)
     return Refused(field=field or "(item)", reason=f"the database refused it: {reason[:300]}")
-
-
-class _RecountThrottle:
-    """When this process last asked for a rollup recount."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.asked_at: float | None = None
-
-    def due(self, interval_s: float) -> bool:
-        """Return whether to ask now (and note that we did)."""
-        now = time.monotonic()
-        with self.lock:
-            if self.asked_at is not None and now - self.asked_at < interval_s:
-                return False
-            self.asked_at = now
-            return True
-
-
-_recount_throttle = _RecountThrottle()
-
-
-def schedule_rollup_recount() -> None:
-    """After commit, recount marked rollups, at most every ARES_ROLLUP_REFRESH_INTERVAL_S.
-
-    Recounting after every batch halved ingest speed (a batch spread over a day marks
-    every hour of it). Correctness does not depend on this ask: the marks are in the
-    database, and pages, the beat and `manage.py check_rollups` recount them too.
-    """
-    if _recount_throttle.due(settings.ARES_ROLLUP_REFRESH_INTERVAL_S):
-        transaction.on_commit(_ask_for_recount)
-
-
-def _ask_for_recount() -> None:
-    """Ask for the recount; without a broker it runs here, and its failure is not ingest's.
-
-    The spans are committed and their marks too: a recount that fails (SQLite busy with
-    other writers, and the inline task's retry raised here) is logged and left to the
-    next one, never turned into an error answer for spans that were stored.
-    """
-    try:
-        recount_rollups_task.delay()
-    except Exception:  # noqa: BLE001 - anything the inline recount raises
-        logger.warning(
-            "rollup recount after ingest failed; the marks wait for the next", exc_info=True
-        )
 
 
 def invocation_row(item: InvocationIn, received_at: Any) -> dict[str, Any]:

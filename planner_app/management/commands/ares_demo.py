@@ -97,8 +97,9 @@ class Command(BaseCommand):
         progress = ProgressBar(total, self.stderr)
         stored = sum(record_stream(traffic, batch, progress) for _, traffic in streams)
         progress.finish()
-        # Once for the whole run: recounting as ingest does (every few seconds, the hours
-        # marked since) recounted the same hours again and cost a fifth of a 1M run.
+        # Once for the whole run, as soon as it is stored (ingest leaves its marks to the
+        # beat): recounting every few seconds recounted the same hours again and cost a
+        # fifth of a 1M run.
         recount_all_marked_rollups(max_rounds=None)
         # What the beat's rescan does every minute: loops quiet for a while have given up.
         # Nothing to re-detect (this process saw every call), hence no window.
@@ -147,9 +148,7 @@ def record_stream(traces: Iterable[list[dict]], batch: int, progress: ProgressBa
     stored = 0
     for spans in batches(traces, batch):
         items = [InvocationFromDict.model_validate(span) for span in spans]
-        stored += sum(
-            outcome is True for outcome in record_invocations(items, recount_rollups=False)
-        )
+        stored += sum(outcome is True for outcome in record_invocations(items))
         progress.advance(len(spans))
     return stored
 
