@@ -3,9 +3,8 @@
 The rule itself is plain data in spirals/detection.py; this is where it meets the
 database: which traces new spans may have changed (spiral_candidates), detection for one
 trace or for a batch's traces at once, the periodic rescan, and the LLM turns that a
-spiral's calls cost. Ingest
-(ingest/recording.py), the beat (tasks.py) and the agent loop's breaker all use it, so it
-imports neither of them.
+spiral's calls cost. Ingest (ingest/recording.py), the beat (tasks.py) and the agent
+loop's breaker all use it, so it imports neither of them.
 """
 
 from __future__ import annotations
