@@ -396,7 +396,8 @@ def list_traces(
     if include.include == "spans" and page.limit > TRACES_WITH_SPANS:
         raise HttpError(422, f"limit: at most {TRACES_WITH_SPANS} traces a page with include=spans")
     window = read_window(filters)
-    traces, key = sorted_traces(filters.filter(Trace.objects.all()), order.sort)
+    listed = Trace.objects.only(*TRACE_COLUMNS)  # not the times it was stored and updated
+    traces, key = sorted_traces(filters.filter(listed), order.sort)
     items, next_cursor = paginate_by_start(traces, page, key)
     if include.include == "spans":
         attach_spans(items, include.spans_limit)
@@ -409,6 +410,8 @@ def list_traces(
 # FloatField's 0 too) for these columns, and JSON values as parsed.
 TRACE_FIELDS = tuple(TraceOut.model_fields)
 SPAN_FIELDS = tuple(InvocationOut.model_fields)
+# The columns they are read from (duration_ms is a property of the start and end).
+TRACE_COLUMNS = sorted({*TRACE_FIELDS} - {"duration_ms"})
 
 
 def trace_row(trace: Trace) -> dict[str, Any]:
@@ -424,10 +427,21 @@ def rendered_page(request: HttpRequest, page: dict[str, Any]) -> HttpResponse:
 
     Returning a response skips ninja's validation of the result through the schema, which
     the OpenAPI document still describes: the data is built to match it field for field
-    (tests/traces_app/test_trace_list_answer.py compares the two).
+    (tests/traces_app/test_trace_list_answer.py compares the two). Its moments are written
+    as text first, as the site's encoder writes them: the same text, for a third less
+    time than the encoder calling back for each of them.
     """
-    from ares_site.api import api  # the site's renderer; ares_site.api imports this module
+    from ares_site.api import PreciseJsonEncoder, api  # ares_site.api imports this module
 
+    text_of = PreciseJsonEncoder().default
+    window = page["window"]
+    for name in ("since", "until"):
+        if window[name] is not None:
+            window[name] = text_of(window[name])
+    for row in page["items"]:
+        row["started_at"], row["ended_at"] = text_of(row["started_at"]), text_of(row["ended_at"])
+        for span in row.get("spans", ()):
+            span["started_at"] = text_of(span["started_at"])
     return api.create_response(request, page, status=200)
 
 
