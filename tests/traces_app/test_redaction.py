@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from traces_app.ingest import redaction
 from traces_app.ingest.redaction import (
     REDACTED,
     bound_json,
@@ -270,3 +273,140 @@ def test_it_stores_spans_redacted_through_the_api(report, span):
         "upstream refused postgres://app:[REDACTED]@db/x with password=[REDACTED]"
     )
     assert Trace.objects.get().request_text == "Use my key [REDACTED] to list files"
+
+
+# What a faster redaction could miss: secrets far into long text, where the quick
+# check of short text does not run, at its very ends, and several in one text.
+PROSE = "The protocol lets agents call tools and read their results back. " * 5
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        pytest.param(
+            "x" * 190 + f" {OPENAI_KEY} " + "y" * 20,
+            "x" * 190 + " [REDACTED] " + "y" * 20,
+            id="straddling 200 characters",
+        ),
+        pytest.param(
+            "x" * 195 + " password=hunter2 and more",
+            "x" * 195 + " password=[REDACTED] and more",
+            id="key=value straddling 200 characters",
+        ),
+        pytest.param(f"{OPENAI_KEY} {PROSE}", f"[REDACTED] {PROSE}", id="at the start"),
+        pytest.param(f"{PROSE}{OPENAI_KEY}", f"{PROSE}[REDACTED]", id="at the end"),
+        pytest.param(f"{PROSE}token={JWT}", f"{PROSE}token=[REDACTED]", id="key=value at the end"),
+        pytest.param(
+            f"{PROSE}Authorization: Bearer 9f8e7d6c5b4a3f2e {PROSE}",
+            f"{PROSE}Authorization: Bearer [REDACTED] {PROSE}",
+            id="Bearer in long text",
+        ),
+        pytest.param(
+            f"{PROSE}BASIC dXNlcjpodW50ZXIy",
+            f"{PROSE}BASIC [REDACTED]",
+            id="Basic in long text",
+        ),
+        pytest.param(
+            f"a basic question {PROSE}",
+            f"a basic question {PROSE}",
+            id="basic prose in long text",
+        ),
+        pytest.param(
+            f"{PROSE} see https://bob:pa55word@git.example.org/repo for it",
+            f"{PROSE} see https://bob:[REDACTED]@git.example.org/repo for it",
+            id="URL with credentials in long text",
+        ),
+        pytest.param(
+            f"ghp_{'A1b2C3d4E5' * 3} {PROSE} AKIAIOSFODNN7EXAMPLE, "
+            f"xoxb-1234567890-abc {PROSE} {JWT} ares_{'Zx9' * 10} client_secret: 's3 cr3t'",
+            f"[REDACTED] {PROSE} [REDACTED], [REDACTED] {PROSE} [REDACTED] [REDACTED] "
+            "client_secret: '[REDACTED]'",
+            id="several secrets in one text",
+        ),
+        pytest.param(
+            f"{PROSE}max_tokens=512, session_id=abc123, SessionId=x, monkey=1",
+            f"{PROSE}max_tokens=512, session_id=[REDACTED], SessionId=[REDACTED], monkey=1",
+            id="keys in long text: token counts and ordinary keys stay",
+        ),
+        pytest.param(
+            f'{PROSE}{{\\"password\\": \\"token=abc\\", \\"api-key\\":\\"k\\"}}',
+            f'{PROSE}{{\\"password\\": \\"[REDACTED]\\", \\"api-key\\":\\"[REDACTED]\\"}}',
+            id="JSON inside JSON in long text, a key inside a redacted value",
+        ),
+        pytest.param(
+            f"K{PROSE}password=hunter2 \u212aey=x api_\u212aey=y",
+            f"K{PROSE}password=[REDACTED] \u212aey=x api_\u212aey=y",
+            id="Kelvin sign: a letter that is no key character",
+        ),
+        pytest.param(
+            f"İ{PROSE}password=hunter2 BEARER 9f8e7d6c5b4a3f2e",
+            f"İ{PROSE}password=[REDACTED] BEARER [REDACTED]",
+            id="a letter that lowers to two",
+        ),
+        pytest.param(
+            f"straße {PROSE}Basıc dXNlcjpodW50ZXIy",
+            f"straße {PROSE}Basıc [REDACTED]",
+            id="a letter that folds to two, and the dotless i",
+        ),
+    ],
+)
+def test_it_redacts_secrets_anywhere_in_long_text(text, redacted):
+    assert redact_text(text) == redacted
+
+
+def test_it_redacts_long_text_and_secret_keys_at_depth_in_json():
+    payload = json.dumps(
+        {
+            "results": [
+                {"snippet": f"{PROSE}Bearer 9f8e7d6c5b4a3f2e"},
+                [{"url": f"https://u:pw123456@h/{PROSE}"}],
+            ],
+            "deep": {"a": [{"b": {"X-Api-Key": "k", "note": f"{PROSE}{OPENAI_KEY}"}}]},
+        }
+    )
+
+    assert safe_payload(payload, 16384) == {
+        "results": [
+            {"snippet": f"{PROSE}Bearer [REDACTED]"},
+            [{"url": f"https://u:[REDACTED]@h/{PROSE}"}],
+        ],
+        "deep": {"a": [{"b": {"X-Api-Key": REDACTED, "note": f"{PROSE}[REDACTED]"}}]},
+    }
+
+
+def scanned_everywhere(text: str) -> str:
+    """Return text redacted by every pattern run over the whole text: what redact_text equals."""
+    text = storable_text(text)
+    text = redaction._AUTH_CREDENTIAL.sub(redaction._redact_credential, text)
+    for pattern, replacement, *_ in redaction._SECRET_VALUES:
+        text = pattern.sub(replacement, text)
+    pieces, done = [], 0
+    for match in redaction._KEY_VALUE.finditer(text):
+        key, value = match.group(1), match.group(3)
+        if match.start(3) < done or not is_secret_key(key):
+            continue
+        opening = value[: len(value) - len(value.lstrip("\\\"'"))]
+        closing = opening if len(value) > len(opening) and value.endswith(opening) else ""
+        inner = value[len(opening) : len(value) - len(closing)]
+        if not inner or inner.startswith("[") or inner.lower() in redaction._AUTH_SCHEMES:
+            continue
+        pieces += [text[done : match.start(3)], opening, REDACTED, closing]
+        done = match.end(3)
+    return "".join([*pieces, text[done:]])
+
+
+FRAGMENTS = [
+    *("password", "PassWord", "api_key", "x-api-key", "tokens", "token", "max_tokens"),
+    *("session_id", "cookie", "Authorization", "credential", "secret", "pwd", "keyword"),
+    *("Bearer ", "bearer\t", "Basic ", "basıc ", "bas", "dXNlcjpodW50ZXIy", "9f8e7d6c5b4a3f2e"),
+    *("=", ":", ": ", '"', "'", '\\"', " ", "\n", ",", "&", "/", "@", ".", "-", "_", "[", "]"),
+    *("sk-", "a1B2c3D4", "ghp_", "gh", "A1b2C3d4E5", "AKIA", "IOSFODNN7EXAMPLE", "xoxb-"),
+    *("eyJ", "abcdefgh.", "://", "user", "host", "ares_", "Zx9Zx9Zx9Zx9", "[REDACTED]"),
+    *("ı", "İ", "\u212a", "ſ", "ß", "é", "\x00", PROSE, "x" * 150),
+]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
+def test_it_redacts_exactly_what_every_pattern_over_the_whole_text_would(text):
+    assert redact_text(text) == scanned_everywhere(text)
