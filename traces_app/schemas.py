@@ -42,7 +42,7 @@ def is_trace_id(value: str) -> bool:
 
 def _hex_id(value: str, what: str) -> str:
     value = value.lower()
-    if set(value) == {"0"}:
+    if value and not value.strip("0"):
         raise ValueError(f"{what} must not be all zeros (an invalid id in W3C trace context)")
     return value
 
@@ -102,9 +102,11 @@ class InvocationIn(Schema):
     cost_usd: float = Field(default=0.0, ge=0, le=1e6)
     attempt: int = Field(default=1, ge=1, le=10_000)
     coercions: list[str] = Field(
-        default=[],
+        # A factory, not default=[]: pydantic deep-copies a mutable default for every span.
+        default_factory=list,
         max_length=100,
         description="Lossless fixes made to the arguments, e.g. 'n: string \"12\" -> integer 12'",
+        json_schema_extra={"default": []},  # what default=[] published
     )
 
     @field_validator("trace_id")

@@ -410,3 +410,38 @@ FRAGMENTS = [
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
 def test_it_redacts_exactly_what_every_pattern_over_the_whole_text_would(text):
     assert redact_text(text) == scanned_everywhere(text)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(st.sampled_from(["a", "é", "🎉", '"', "\\", "\n", "\x01", "\x00", "\ud800"])),
+    lambda children: st.lists(children) | st.dictionaries(st.sampled_from(["k", "ä", "\x00"]), children),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(JSON_VALUES, st.integers(min_value=1, max_value=300))
+def test_it_bounds_a_payload_as_its_encoded_size_says(value, max_bytes):
+    redacted = redact(value)
+
+    assert safe_payload(value, max_bytes) == bound_json(redacted, max_bytes)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(["\x01" * 40], id="escaped control characters"),
+        pytest.param({"ünïcödé": "🎉" * 40}, id="4-byte characters"),
+        pytest.param([-(2**300), 2**300], id="big integers"),
+        pytest.param([-1.2345678901234567e-308], id="the longest float"),
+    ],
+)
+def test_it_truncates_a_payload_one_byte_over_the_limit(value):
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+    assert safe_payload(value, size) == value
+    assert safe_payload(value, size - 1)["original_bytes"] == size

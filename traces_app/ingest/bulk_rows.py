@@ -8,6 +8,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 
@@ -82,6 +83,8 @@ def rows_as_json(rows: Sequence[dict[str, Any]], fields: dict[str, models.Field]
     # Looked up once: `connection` is a thread-local proxy, slow enough to matter per value.
     db = connections[DEFAULT_DB_ALIAS]
     on_postgresql = db.vendor == "postgresql"
+    # SQLite's text for an aware datetime already in the database's zone: its naive str().
+    sqlite_zone = db.timezone if not on_postgresql and settings.USE_TZ else None
     datetimes = [
         (key, field) for key, field in fields.items() if isinstance(field, models.DateTimeField)
     ]
@@ -94,6 +97,9 @@ def rows_as_json(rows: Sequence[dict[str, Any]], fields: dict[str, models.Field]
             if on_postgresql and isinstance(value, datetime) and value.utcoffset() is not None:
                 # What the field sends for an aware datetime, without its per-value checks.
                 row[key] = value.isoformat()
+            elif sqlite_zone is not None and type(value) is datetime and value.tzinfo is sqlite_zone:
+                # What adapt_datetimefield_value gives, without make_naive's checks per value.
+                row[key] = str(value.replace(tzinfo=None))
             else:
                 value = field.get_db_prep_save(value, db)
                 row[key] = value.isoformat() if isinstance(value, datetime) else value

@@ -72,6 +72,8 @@ _SECRET_KEY_STEMS = (
     "credential",
     "session",
 )
+# One search tells most text holds none of them, faster than a find() per stem.
+_ANY_SECRET_KEY_STEM = re.compile("|".join(_SECRET_KEY_STEMS))
 _AUTH_SCHEMES = {"bearer", "basic", "token"}
 # Built once: json.dumps with options makes a new encoder per call.
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
@@ -121,7 +123,7 @@ def _redact_credentials(text: str) -> str:
     tried where a match can start: where casefolded text reads "bearer" or "bas".
     """
     folded = text.casefold()
-    if not any(start in folded for start in _AUTH_STARTS):
+    if "bearer" not in folded and "bas" not in folded:  # _AUTH_STARTS
         return text
     if len(folded) != len(text):  # a letter folded to several: positions differ
         return _AUTH_CREDENTIAL.sub(_redact_credential, text)
@@ -195,6 +197,8 @@ def _secret_key_matches(text: str) -> Iterator[re.Match[str]]:
         if _SECRET_KEY.search(text):
             yield from _KEY_VALUE.finditer(text)
         return
+    if not _ANY_SECRET_KEY_STEM.search(lowered):
+        return
     last = -1
     for at in _occurrences(lowered, _SECRET_KEY_STEMS):
         while at and text[at - 1] in _KEY_CHARS:
@@ -208,16 +212,48 @@ def _secret_key_matches(text: str) -> Iterator[re.Match[str]]:
 
 def redact(value: Any) -> Any:
     """Return a copy of a JSON value with secret keys' values and secret-looking text redacted."""
-    if isinstance(value, dict):
-        return {
-            storable_text(str(key)): REDACTED if is_secret_key(str(key)) else redact(item)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(item) for item in value]
+    return _redact_measuring(value)[0]
+
+
+# What no value's compact JSON exceeds: a character is at most 6 bytes (\u0000), a
+# float's repr 24 characters; anything else (a tuple, a date) is not known before encoding.
+_MAX_BYTES_PER_CHAR = 6
+_FLOAT_MAX_CHARS = 24
+_UNKNOWN_SIZE = 1 << 62
+
+
+def _redact_measuring(value: Any) -> tuple[Any, int]:
+    """Return redact(value) and at least the length of its compact JSON in UTF-8.
+
+    The bound lets bound_json keep most payloads without encoding them to measure
+    them: they are encoded once, when stored.
+    """
     if isinstance(value, str):
-        return redact_text(value)
-    return value
+        text = redact_text(value)
+        return text, _MAX_BYTES_PER_CHAR * len(text) + 2
+    if isinstance(value, dict):
+        copy, size = {}, 2
+        for key, item in value.items():
+            name = str(key)
+            item, item_size = (REDACTED, 12) if is_secret_key(name) else _redact_measuring(item)
+            name = storable_text(name)
+            copy[name] = item
+            size += _MAX_BYTES_PER_CHAR * len(name) + 4 + item_size
+        return copy, size
+    if isinstance(value, list):
+        items, size = [], 2
+        for item in value:
+            item, item_size = _redact_measuring(item)
+            items.append(item)
+            size += item_size + 1
+        return items, size
+    if value is None or isinstance(value, bool):
+        return value, 5
+    if isinstance(value, int):
+        return value, value.bit_length() // 3 + 3  # its digits and sign
+    if isinstance(value, float):
+        return value, _FLOAT_MAX_CHARS
+    return value, _UNKNOWN_SIZE
 
 
 def cut_utf8(text: str, max_bytes: int) -> str:
@@ -237,17 +273,21 @@ def bound_text(text: str, max_bytes: int) -> str:
     return kept + f"…[truncated {size - len(kept.encode())} of {size} bytes]"
 
 
-def bound_json(value: Any, max_bytes: int) -> Any:
+def bound_json(value: Any, max_bytes: int, size_bound: int | None = None) -> Any:
     """Return the value, or when its JSON exceeds max_bytes an explicit truncation record.
 
     Text is cut with a marker at its end. JSON cut mid-way is not JSON, so an oversized
     object or array becomes
     `{"__truncated__": true, "original_bytes": N, "preview": "<first bytes>…"}`.
+    A value whose JSON is known to be at most `size_bound` bytes, within max_bytes, is
+    kept without being encoded.
     """
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
         return bound_text(value, max_bytes)
+    if size_bound is not None and size_bound <= max_bytes:
+        return value
     text = _COMPACT_JSON.encode(value)
     size = len(text.encode())
     if size <= max_bytes:
@@ -278,4 +318,5 @@ def parse_json_text(value: Any) -> Any:
 
 def safe_payload(value: Any, max_bytes: int) -> Any:
     """Return a payload ready to store: JSON text decoded, secrets redacted, size bounded."""
-    return bound_json(redact(parse_json_text(value)), max_bytes)
+    redacted, size_bound = _redact_measuring(parse_json_text(value))
+    return bound_json(redacted, max_bytes, size_bound)
