@@ -92,6 +92,8 @@ def storable_text(text: str) -> str:
     """
     if "\x00" in text:
         text = text.replace("\x00", "\ufffd")
+    if text.isascii():  # no surrogate then, and isascii() reads a flag: no scan
+        return text
     try:
         text.encode()
     except UnicodeEncodeError:
