@@ -8,10 +8,20 @@ Starts gunicorn on a throwaway database (SQLite file in a temp dir, or a Postgre
 created and dropped here), posts pre-encoded batches from concurrent clients, checks that
 every span was accepted and stored exactly once, and prints a table of the figures:
 spans per second, the server's peak memory (RSS of gunicorn's master and workers) and
-its CPU time per 1000 spans, which tells what the code costs even on a busy machine.
+its CPU time per 1000 spans (and per span), which tells what the code costs even on a
+busy machine.
 
     .venv/bin/python bench/ingest.py [--database sqlite|postgres|both] [--invocations N]
                                      [--mode rest|otlp|both|scores] [--agent-spans]
+                                     [--long-results] [--profile]
+
+With --long-results, every tool result holds a ~300-character snippet of prose (as a
+search result's), longer than redaction's quick check of short text.
+
+With --profile, each run is followed by bench/ingest_profile.py on a fresh database: the
+same load stored in-process through Django's request path while a CPU-time timer samples
+the stack, and the shares of CPU by part (redaction, JSON, validation, OTLP mapping,
+ORM/SQL, spiral detection, rollup marks, agent attribution, other) are printed.
 
 With --mode scores, the spans are stored first (untimed), then one score per tool span
 (result_correct, from an evaluator, with a client id) is posted to POST /api/v1/scores in
@@ -27,6 +37,7 @@ the run counts the tool spans that kept the service's name instead of the agent'
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import signal
@@ -69,6 +80,7 @@ class Result:
     client_cpu_seconds: float = 0.0
     tool_spans: int = 0
     unattributed: int | None = None  # --agent-spans: tool spans left with the service's name
+    profile: dict | None = None  # --profile: bench/ingest_profile.py's figures
 
     @property
     def cpu_ms_per_1000(self) -> float:
@@ -109,6 +121,17 @@ def parse_args() -> argparse.Namespace:
         "--agent-spans",
         action="store_true",
         help="OTLP: an agent root span per trace, after its spans, which name no agent",
+    )
+    parser.add_argument(
+        "--long-results",
+        action="store_true",
+        help="tool results hold a ~300-character snippet: redaction's long-text path",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after each run, profile the same load in-process (bench/ingest_profile.py) "
+        "on a fresh database and print the shares of CPU by part",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -323,16 +346,70 @@ def bench_postgres(args: argparse.Namespace, workload: Workload) -> Result | Non
         )
 
 
+def profile_run(database: str, mode: str, args: argparse.Namespace) -> dict | None:
+    """Return bench/ingest_profile.py's figures for the same load, on a fresh database."""
+    if database == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="ares-profile-") as folder:
+            return run_profiler(f"sqlite:///{Path(folder) / 'profile.sqlite3'}", mode, args)
+    prefix = urlsplit(args.postgres_url).path.lstrip("/") or "ares_bench"
+    name = f"{prefix}_profile_{os.getpid()}_{secrets.token_hex(4)}"
+    with postgres_database(args.postgres_url, name) as url:
+        return run_profiler(url, mode, args) if url else None
+
+
+def run_profiler(database_url: str, mode: str, args: argparse.Namespace) -> dict:
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "ingest_profile.py"),
+        *("--mode", mode, "--invocations", str(args.invocations), "--seed", str(args.seed)),
+        *(["--long-results"] if args.long_results else []),
+        *(["--agent-spans"] if args.agent_spans else []),
+    ]
+    done = subprocess.run(
+        command,
+        env=server_env(database_url, None),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=args.time_limit,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise BenchError(f"the profile failed:\n{done.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def print_profiles(results: list[Result]) -> None:
+    profiled = [r for r in results if r.profile]
+    if not profiled:
+        return
+    parts = list(profiled[0].profile["shares"])
+    header = f"{'share of CPU':<18}" + "".join(f"{r.database:>15}" for r in profiled)
+    print()
+    print(header)
+    print("-" * len(header))
+    for part in parts:
+        row = "".join(f"{r.profile['shares'][part]:>14.1f}%" for r in profiled)
+        print(f"{part:<18}{row}")
+    cpu = "".join(f"{r.profile['cpu_ms_per_span']:>15.3f}" for r in profiled)
+    print(f"{'CPU ms/span':<18}{cpu}")
+    print(
+        "Shares of the CPU of one process storing the same load through Django's request "
+        "path, sampled every ms of CPU (bench/ingest_profile.py); PostgreSQL's own CPU is "
+        "not in them. CPU ms/span there is that process's, sampling included."
+    )
+
+
 def print_table(results: list[Result]) -> None:
     header = f"{'database/mode':<14} {'N':>9} {'clients':>7} {'workers':>7} {'seconds':>8} "
-    header += f"{'inv/s':>9} {'peak MB':>8} {'CPU ms/1k':>10}"
+    header += f"{'inv/s':>9} {'peak MB':>8} {'CPU ms/1k':>10} {'ms/span':>8}"
     print(header)
     print("-" * len(header))
     for r in results:
         print(
             f"{r.database:<14} {r.invocations:>9} {r.clients:>7} {r.workers:>7} "
             f"{r.seconds:>8.1f} {r.per_second:>9.0f} {r.peak_rss_mb:>8.0f} "
-            f"{r.cpu_ms_per_1000:>10.0f}"
+            f"{r.cpu_ms_per_1000:>10.0f} {r.cpu_ms_per_1000 / 1000:>8.3f}"
         )
     cores = len(os.sched_getaffinity(0))
     print(
@@ -372,11 +449,18 @@ def main() -> int:
                 print(f"{database}/{mode}: FAILED: {exc}")
                 failed = True
                 continue
+            if result and args.profile and mode != "scores":
+                try:
+                    result.profile = profile_run(database, mode, args)
+                except BenchError as exc:
+                    print(f"{database}/{mode}: profile FAILED: {exc}")
+                    failed = True
             if result:
                 print_result(result)
                 results.append(result)
     print()
     print_table(results)
+    print_profiles(results)
     return 1 if failed or not results else 0
 
 

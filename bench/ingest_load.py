@@ -40,9 +40,45 @@ class BenchError(Exception):
     """The run failed a check: not every span accepted or stored, or the server misbehaved."""
 
 
-def encode_batches(count: int, seed: int, compress: bool) -> list[tuple[int, bytes]]:
-    """Return (span count, body) per batch of `count` demo spans with unique ids."""
+# What search snippets are made of: prose, a URL now and then, words redaction looks at.
+SNIPPET_PROSE = (
+    "the protocol lets agents call tools over a session and read their results back as "
+    "structured content; a basic client sends one request per call, the server answers "
+    "with a token count, a status and the text. See https://example.org/docs/guide for "
+    "setup: password rules, key rotation and rate limits apply to every account."
+)
+SNIPPET_WORDS = SNIPPET_PROSE.split()
+
+
+def demo_load(count: int, seed: int, long_results: bool = False) -> list[dict]:
+    """Return the demo spans a run sends; with long_results, tool results hold a snippet.
+
+    The snippet (about 300 characters of prose, as a search result's) is text longer
+    than redaction's quick check takes, so the run measures its long-text path.
+    """
     spans = demo_spans(count, seed=seed)
+    if long_results:
+        rng = random.Random(seed)
+        for span in spans:
+            if span["kind"] == "tool" and isinstance(span.get("result"), dict):
+                span["result"] = {**span["result"], "snippet": snippet(rng)}
+    return spans
+
+
+def snippet(rng: random.Random, length: int = 300) -> str:
+    """Return about `length` characters of search-snippet prose."""
+    start = rng.randrange(len(SNIPPET_WORDS))
+    words: list[str] = []
+    while sum(len(word) + 1 for word in words) < length:
+        words.append(SNIPPET_WORDS[(start + len(words)) % len(SNIPPET_WORDS)])
+    return " ".join(words)
+
+
+def encode_batches(
+    count: int, seed: int, compress: bool, long_results: bool = False
+) -> list[tuple[int, bytes]]:
+    """Return (span count, body) per batch of `count` demo spans with unique ids."""
+    spans = demo_load(count, seed, long_results)
     ids = {(span["trace_id"], span["span_id"]) for span in spans}
     if len(spans) != count or len(ids) != count:
         raise BenchError(f"demo data gave {len(ids)} unique spans, wanted {count}")
@@ -54,7 +90,9 @@ def encode_batches(count: int, seed: int, compress: bool) -> list[tuple[int, byt
     return batches
 
 
-def demo_readable_spans(count: int, seed: int, agent_spans: bool = False) -> list[ReadableSpan]:
+def demo_readable_spans(
+    count: int, seed: int, agent_spans: bool = False, long_results: bool = False
+) -> list[ReadableSpan]:
     """Return `count` demo spans as the SDK's finished spans, in OpenTelemetry GenAI conventions.
 
     The same spans as the REST mode sends (ids, times, tools, tokens), one resource per
@@ -66,7 +104,7 @@ def demo_readable_spans(count: int, seed: int, agent_spans: bool = False) -> lis
     resources: dict[str, Resource] = {}
     rng = random.Random(seed)
     traces: list[list[dict]] = []
-    for demo in demo_spans(count, seed=seed):
+    for demo in demo_load(count, seed, long_results):
         if not traces or traces[-1][0]["trace_id"] != demo["trace_id"]:
             traces.append([])
         traces[-1].append(demo)
@@ -302,9 +340,11 @@ def prepare(mode: str, args: argparse.Namespace) -> Workload:
     """Return the workload of a mode: the same demo spans, encoded for REST or made for OTLP."""
     tools = sum(span["kind"] == "tool" for span in demo_spans(args.invocations, seed=args.seed))
     if mode == "otlp":
-        spans = demo_readable_spans(args.invocations, args.seed, args.agent_spans)
+        spans = demo_readable_spans(
+            args.invocations, args.seed, args.agent_spans, args.long_results
+        )
         return Workload(mode, spans, tools, len(spans), args.agent_spans)
-    batches = encode_batches(args.invocations, args.seed, args.gzip)
+    batches = encode_batches(args.invocations, args.seed, args.gzip, args.long_results)
     if mode == "scores":
         scores = encode_score_batches(args.invocations, args.seed)
         return Workload(mode, batches, tools, args.invocations, scores=scores)

@@ -418,7 +418,9 @@ JSON_VALUES = st.recursive(
     | st.integers()
     | st.floats()
     | st.text(st.sampled_from(["a", "é", "🎉", '"', "\\", "\n", "\x01", "\x00", "\ud800"])),
-    lambda children: st.lists(children) | st.dictionaries(st.sampled_from(["k", "ä", "\x00"]), children),
+    lambda children: (
+        st.lists(children) | st.dictionaries(st.sampled_from(["k", "ä", "\x00"]), children)
+    ),
     max_leaves=30,
 )
 

@@ -97,7 +97,9 @@ def rows_as_json(rows: Sequence[dict[str, Any]], fields: dict[str, models.Field]
             if on_postgresql and isinstance(value, datetime) and value.utcoffset() is not None:
                 # What the field sends for an aware datetime, without its per-value checks.
                 row[key] = value.isoformat()
-            elif sqlite_zone is not None and type(value) is datetime and value.tzinfo is sqlite_zone:
+            elif (
+                sqlite_zone is not None and type(value) is datetime and value.tzinfo is sqlite_zone
+            ):
                 # What adapt_datetimefield_value gives, without make_naive's checks per value.
                 row[key] = str(value.replace(tzinfo=None))
             else:
