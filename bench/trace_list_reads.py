@@ -141,7 +141,7 @@ def record_traces(count: int, hours: int) -> None:
         start = now - timedelta(hours=hours) * (1 - number / count)
         batch += [InvocationFromDict.model_validate(span) for span in trace_spans(rng, start)]
         if len(batch) >= 1000 or number == count - 1:
-            record_invocations(batch, recount_rollups=False)
+            record_invocations(batch)
             batch = []
     recount_all_marked_rollups()
 
