@@ -380,19 +380,7 @@ def scanned_everywhere(text: str) -> str:
     text = redaction._AUTH_CREDENTIAL.sub(redaction._redact_credential, text)
     for pattern, replacement, *_ in redaction._SECRET_VALUES:
         text = pattern.sub(replacement, text)
-    pieces, done = [], 0
-    for match in redaction._KEY_VALUE.finditer(text):
-        key, value = match.group(1), match.group(3)
-        if match.start(3) < done or not is_secret_key(key):
-            continue
-        opening = value[: len(value) - len(value.lstrip("\\\"'"))]
-        closing = opening if len(value) > len(opening) and value.endswith(opening) else ""
-        inner = value[len(opening) : len(value) - len(closing)]
-        if not inner or inner.startswith("[") or inner.lower() in redaction._AUTH_SCHEMES:
-            continue
-        pieces += [text[done : match.start(3)], opening, REDACTED, closing]
-        done = match.end(3)
-    return "".join([*pieces, text[done:]])
+    return redaction._redact_key_values(text, redaction._KEY_VALUE.finditer(text))
 
 
 FRAGMENTS = [

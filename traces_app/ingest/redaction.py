@@ -6,7 +6,7 @@ import base64
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from traces_app.http.json_nesting import MAX_JSON_DEPTH, nesting_exceeds
@@ -168,11 +168,15 @@ def _looks_like_credential(scheme: str, value: str) -> bool:
     return len(value) >= 24 or any(char.isdigit() for char in value)
 
 
-def _redact_key_values(text: str) -> str:
-    """Return text with the values of secret-named keys (`password=...`) replaced."""
+def _redact_key_values(text: str, matches: Iterable[re.Match[str]] | None = None) -> str:
+    """Return text with the values of secret-named keys (`password=...`) replaced.
+
+    `matches`: the _KEY_VALUE matches to look at, in order (by default those whose key may
+    be a secret's, _secret_key_matches; the tests pass a scan of the whole text).
+    """
     pieces: list[str] = []
     done = 0
-    for match in _secret_key_matches(text):
+    for match in _secret_key_matches(text) if matches is None else matches:
         key, value = match.group(1), match.group(3)
         if match.start(3) < done or not is_secret_key(key):
             continue
