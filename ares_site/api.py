@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -12,8 +11,6 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.renderers import JSONRenderer
-from ninja.responses import NinjaJSONEncoder
 
 from ares_site.middleware import database_unavailable
 from planner_app.api import router as planner_router
@@ -25,29 +22,12 @@ from traces_app.api import router as traces_router
 from traces_app.chain_api import router as chains_router
 from traces_app.http.bodies import JsonBodyParser, read_json_body
 from traces_app.http.errors import document_errors, refuse_unknown_query
+from traces_app.http.json_output import PreciseJsonEncoder, PreciseJsonRenderer  # noqa: F401 - named here too
 from traces_app.schemas import MAX_LISTED_ERRORS, FieldError, listed
 from traces_app.scores.score_api import router as scores_router
 from traces_app.session_api import router as sessions_router
 
 logger = logging.getLogger(__name__)
-
-
-class PreciseJsonEncoder(NinjaJSONEncoder):
-    """ninja's encoder, with datetimes to the microsecond the databases keep.
-
-    Django's encoder, which ninja's extends, cuts them to milliseconds, so a span read
-    back would not start when it was reported to start.
-    """
-
-    def default(self, o: Any) -> Any:
-        if isinstance(o, datetime):
-            text = o.isoformat()
-            return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
-        return super().default(o)
-
-
-class PreciseJsonRenderer(JSONRenderer):
-    encoder_class = PreciseJsonEncoder
 
 
 class AresApi(NinjaAPI):
