@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,30 @@ def chromium_path() -> str | None:
     return os.environ.get("ARES_CHROMIUM") or shutil.which("chromium")
 
 
+class RelaunchingChromium:
+    """A launched Chromium that is launched again when it has exited.
+
+    Under a loaded CI machine Chromium has been seen to exit between two tests, which
+    left every later test of the module failing with "Target page, context or browser
+    has been closed". The exit is reported (a line on stderr and a warning in the
+    summary) and the next use gets a new browser; a test that was using it still fails.
+    """
+
+    def __init__(self, playwright: Any, executable: str) -> None:
+        self._launch = lambda: playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_FLAGS
+        )
+        self._browser = self._launch()
+
+    def __getattr__(self, name: str) -> Any:
+        if not self._browser.is_connected():
+            message = "Chromium had exited since the last test: launched again"
+            print(message, file=sys.stderr)
+            warnings.warn(message, stacklevel=2)
+            self._browser = self._launch()
+        return getattr(self._browser, name)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Yield a headless Chromium; skipped on a machine without it, required in CI.
@@ -44,11 +70,9 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_FLAGS
-        )
-        yield browser
-        browser.close()
+        chromium = RelaunchingChromium(playwright, executable)
+        yield chromium
+        chromium.close()
 
 
 @pytest.fixture

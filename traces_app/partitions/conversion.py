@@ -8,12 +8,14 @@ The steps (each safe to run again; a killed run resumes where its last batch com
    rows older than the triggers; `copy_until` (the largest id then) says which.
 2. copy: in batches, in id order, copy those rows (locked while copied, so an update
    running at the same time lands after the copy, through its trigger). The batch's
-   end is saved in the batch's own transaction, so two copiers take turns and a killed
-   one loses nothing.
+   end is saved in the batch's own transaction, so a killed copier loses nothing.
 3. switch: in one short transaction holding the span table's lock, drop the old table
    (its triggers with it) and give the copy its name, its indexes' and sequence's names.
 
-Ingest, pages and the periodic work run throughout; the switch waits at most
+Every batch and the switch take turns on one advisory lock (CONVERSION_LOCK_KEY), taken
+before any table's lock, so two copiers (the periodic job and an operator's command)
+never hold locks in opposite orders. Ingest, pages and the periodic work run
+throughout; the switch waits at most
 SWITCH_LOCK_TIMEOUT for its lock and is tried again later if it cannot get it.
 """
 
@@ -42,6 +44,8 @@ STATE_TABLE = "traces_app_span_conversion"
 SEQUENCE = f"{SHADOW_TABLE}_id_seq"
 FINAL_SEQUENCE = f"{SPAN_TABLE}_id_seq"
 SWITCH_LOCK_TIMEOUT = "3s"
+# pg_advisory_xact_lock's key for "a batch is being copied or the copy switched in".
+CONVERSION_LOCK_KEY = 0x4152_4553_434F_5059  # "ARESCOPY"
 MIRRORED = ("insert", "update", "delete", "truncate")
 _INDEX_DEF = re.compile(r"^CREATE (UNIQUE )?INDEX (\S+) ON (\S+) USING (.*)$")
 
@@ -194,9 +198,10 @@ def _mirror_trigger(event: str) -> str:
 
 def copy_batch(batch: int) -> int:
     """Copy the next `batch` rows the triggers did not see; return how many were read (0: done)."""
-    if not relkind(STATE_TABLE):  # another process finished and switched
-        return 0
     with transaction.atomic(), connection.cursor() as cursor:
+        _take_turn(cursor)
+        if not relkind(STATE_TABLE):  # another process finished and switched
+            return 0
         cursor.execute(f"SELECT copied_up_to, copy_until FROM {STATE_TABLE} FOR UPDATE")
         copied_up_to, copy_until = cursor.fetchone()
         cursor.execute(
@@ -223,16 +228,22 @@ def copy_batch(batch: int) -> int:
     return read
 
 
+def _take_turn(cursor: object) -> None:
+    """Wait for another copier's batch or switch to commit (held to the end of the transaction)."""
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CONVERSION_LOCK_KEY])
+
+
 def switch() -> bool:
     """Give the copy the span table's place; return False if the lock was not had in time."""
     if relkind(SPAN_TABLE) == "p":
         return True
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL lock_timeout = '{SWITCH_LOCK_TIMEOUT}'")
-            cursor.execute(f"LOCK TABLE {SPAN_TABLE} IN ACCESS EXCLUSIVE MODE")
+            _take_turn(cursor)
             if relkind(SPAN_TABLE) == "p":  # another process switched while this one waited
                 return True
+            cursor.execute(f"SET LOCAL lock_timeout = '{SWITCH_LOCK_TIMEOUT}'")
+            cursor.execute(f"LOCK TABLE {SPAN_TABLE} IN ACCESS EXCLUSIVE MODE")
             cursor.execute(f"SELECT copied_up_to, copy_until, indexes FROM {STATE_TABLE}")
             copied_up_to, copy_until, indexes = cursor.fetchone()
             if copied_up_to < copy_until:
