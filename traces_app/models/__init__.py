@@ -3,7 +3,13 @@
 from traces_app.models.api_keys import SCOPES, ApiKey, hash_api_key
 from traces_app.models.job_leases import JobLease
 from traces_app.models.otlp_producers import OtlpProducer
-from traces_app.models.rollup_tables import PurgeHorizon, RollupMark, SpanRollup, ToolRollup
+from traces_app.models.rollup_tables import (
+    PurgeHorizon,
+    RollupMark,
+    SpanRollup,
+    ToolDayRollup,
+    ToolRollup,
+)
 from traces_app.models.score_records import (
     SCORE_NAME_PATTERN,
     Score,
@@ -29,6 +35,6 @@ __all__ = [
     "CALLER_FAULTS", "SCOPES", "SCORE_NAME_PATTERN", "ApiKey", "ChosenBy", "Dialect",
     "FailureSpiral", "Invocation", "JobLease", "OtlpProducer", "PurgeHorizon", "ResultReduction",
     "RollupMark", "Score", "ScoreDefinition", "ScoreSource", "ScoreType", "SpanKind", "SpanRollup",
-    "SpanStatus", "SpiralKind", "SpiralResolution", "ToolRollup", "Trace", "TraceStatus",
-    "caller_fault_q", "hash_api_key",
+    "SpanStatus", "SpiralKind", "SpiralResolution", "ToolDayRollup", "ToolRollup", "Trace",
+    "TraceStatus", "caller_fault_q", "hash_api_key",
 ]  # fmt: skip

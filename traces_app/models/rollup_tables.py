@@ -1,22 +1,58 @@
-"""The hourly rollup tables (per tool, per kind of span), their marks and the purge horizon."""
+"""The rollup tables (per tool by hour and by day, per kind of span), marks and purge horizon."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import models
 from django.utils import timezone
 
 from traces_app.models.trace_records import ChosenBy, Invocation, SpanKind, SpanStatus
-from traces_app.rollups.histogram import empty_histogram, percentile_from_histogram
+from traces_app.rollups.histogram import (
+    empty_histogram,
+    merge,
+    merge_counts,
+    percentile_from_histogram,
+)
 
 ROLLUP_TOTAL_FIELDS = [
     "calls", "successes", "failures", "stopped", "failures_by_kind", "latency_histogram",
     "latency_sum_ms", "input_tokens", "output_tokens", "result_tokens", "cost_usd",
     "updated_at",
 ]  # fmt: skip
+# The totals a tool's rollup rows add up (all but updated_at).
+ROLLUP_SUMMED_FIELDS = [name for name in ROLLUP_TOTAL_FIELDS if name != "updated_at"]
+
+
+DAY = timedelta(days=1)
+
+
+def add_tool_totals(into: Any, rollup: Any) -> None:
+    """Add a tool rollup's totals (an hour's or a day's, a row or a named tuple) to `into`."""
+    into.calls += rollup.calls
+    into.successes += rollup.successes
+    into.failures += rollup.failures
+    into.stopped += rollup.stopped
+    if rollup.failures_by_kind:
+        into.failures_by_kind = merge_counts(into.failures_by_kind, rollup.failures_by_kind)
+    histogram = rollup.latency_histogram
+    if len(histogram) == len(into.latency_histogram):  # a tenth of merge's time
+        into.latency_histogram = list(map(operator.add, into.latency_histogram, histogram))
+    else:
+        into.latency_histogram = merge(into.latency_histogram, histogram)
+    into.latency_sum_ms += rollup.latency_sum_ms
+    into.input_tokens += rollup.input_tokens
+    into.output_tokens += rollup.output_tokens
+    into.result_tokens += rollup.result_tokens
+    into.cost_usd += rollup.cost_usd
+
+
+def utc_day_start(moment: datetime) -> datetime:
+    """Return the start of the UTC day holding a moment."""
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 SPAN_ROLLUP_KEY = ["bucket_start", "kind", "chosen_by", "ran_on", "agent"]
@@ -70,6 +106,7 @@ class ToolRollupManager(models.Manager):
             unique_fields=["tool_name", "bucket_start"],
             update_fields=ROLLUP_TOTAL_FIELDS,
         )
+        ToolDayRollup.objects.refresh_days(rollups.keys())
         return len(rollups)
 
     def count_buckets(
@@ -94,11 +131,9 @@ class ToolRollupManager(models.Manager):
         return rollups
 
 
-class ToolRollup(models.Model):
-    """One tool's calls in one UTC hour, summed up, so pages never scan raw spans for ranges."""
+class ToolTotalsColumns(models.Model):
+    """The totals of a tool's calls over some time, as its rollup rows store them."""
 
-    tool_name = models.CharField(max_length=200)
-    bucket_start = models.DateTimeField(help_text="Start of the UTC hour")
     calls = models.PositiveIntegerField(default=0)
     successes = models.PositiveIntegerField(default=0)
     failures = models.PositiveIntegerField(default=0)
@@ -115,6 +150,16 @@ class ToolRollup(models.Model):
     result_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.FloatField(default=0.0)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        abstract = True
+
+
+class ToolRollup(ToolTotalsColumns):
+    """One tool's calls in one UTC hour, summed up, so pages never scan raw spans for ranges."""
+
+    tool_name = models.CharField(max_length=200)
+    bucket_start = models.DateTimeField(help_text="Start of the UTC hour")
 
     objects = ToolRollupManager()
 
@@ -155,6 +200,68 @@ class ToolRollup(models.Model):
     def percentile_ms(self, fraction: float) -> float:
         """Estimate a latency percentile (fraction 0..1) from the histogram."""
         return percentile_from_histogram(self.latency_histogram, fraction)
+
+
+class ToolDayRollupManager(models.Manager):
+    def refresh_days(self, hours: Iterable[tuple[str, datetime]]) -> int:
+        """Sum the hourly rollups of the (tool, UTC day)s holding these (tool, hour)s; upsert.
+
+        Called by ToolRollup.objects.refresh_buckets, in the transaction (and the recount's
+        turn) that rewrote the hours, so a day row is always the sum of its stored hours.
+        """
+        days = {(tool, utc_day_start(hour)) for tool, hour in hours}
+        if not days:
+            return 0
+        now = timezone.now()
+        sums = {
+            key: self.model(tool_name=key[0], bucket_start=key[1], updated_at=now) for key in days
+        }
+        starts = sorted({start for _, start in days})
+        in_days = models.Q()
+        for start in starts:
+            in_days |= models.Q(bucket_start__gte=start, bucket_start__lt=start + DAY)
+        rows = (
+            ToolRollup.objects.filter(in_days, tool_name__in=sorted({tool for tool, _ in days}))
+            .order_by()
+            .values_list("tool_name", "bucket_start", *ROLLUP_SUMMED_FIELDS, named=True)
+        )
+        for row in rows:
+            day_sum = sums.get((row.tool_name, utc_day_start(row.bucket_start)))
+            if day_sum is not None:
+                add_tool_totals(day_sum, row)
+        self.bulk_create(
+            list(sums.values()),
+            batch_size=500,
+            update_conflicts=True,
+            unique_fields=["tool_name", "bucket_start"],
+            update_fields=ROLLUP_TOTAL_FIELDS,
+        )
+        return len(sums)
+
+
+class ToolDayRollup(ToolTotalsColumns):
+    """One tool's calls in one UTC day: the sum of its day's hourly rollups (ToolRollup).
+
+    A range's totals read one row per whole day inside it and hourly rows only at its
+    ends (traces_app.rollups.range_totals), so a 7-day range reads about 31 rows per tool
+    where it read 168.
+    """
+
+    tool_name = models.CharField(max_length=200)
+    bucket_start = models.DateTimeField(help_text="Start of the UTC day")
+
+    objects = ToolDayRollupManager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tool_name", "bucket_start"], name="tool_day_rollup_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["bucket_start"], name="tool_day_rollup_bucket")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} @ {self.bucket_start:%Y-%m-%d}"
 
 
 class SpanRollupManager(models.Manager):

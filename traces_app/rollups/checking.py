@@ -10,8 +10,14 @@ from typing import Any
 
 from django.db import models, transaction
 
-from traces_app.models import Invocation, PurgeHorizon, SpanRollup, ToolRollup
-from traces_app.models.rollup_tables import ROLLUP_TOTAL_FIELDS, SPAN_ROLLUP_KEY, SPAN_ROLLUP_TOTALS
+from traces_app.models import Invocation, PurgeHorizon, SpanRollup, ToolDayRollup, ToolRollup
+from traces_app.models.rollup_tables import (
+    ROLLUP_SUMMED_FIELDS,
+    SPAN_ROLLUP_KEY,
+    SPAN_ROLLUP_TOTALS,
+    add_tool_totals,
+    utc_day_start,
+)
 from traces_app.rollups.marks import hour_start
 from traces_app.rollups.recount import take_recount_turn
 
@@ -28,13 +34,13 @@ class RollupCheck:
     until: datetime
     tool_buckets: int = 0
     span_groups: int = 0
+    tool_days: int = 0  # (tool, day) rows compared with the sum of their hours
     differences: list[str] = dataclasses.field(default_factory=list)
     kept_before: datetime | None = None
     kept_tool_buckets: int = 0
     kept_span_groups: int = 0
 
 
-_CHECKED_TOOL_FIELDS = [name for name in ROLLUP_TOTAL_FIELDS if name != "updated_at"]
 _CHECKED_SPAN_FIELDS = [name for name in SPAN_ROLLUP_TOTALS if name != "updated_at"]
 
 
@@ -61,7 +67,40 @@ def check_rollups(since: datetime, until: datetime, *, repair: bool = True) -> R
         _check_tool_rollups(window, hours, check, repair)
         _check_span_rollups(window, hours, check, repair)
         day += timedelta(days=1)
+    _check_tool_days(since, until, check, repair)
     return check
+
+
+def _check_tool_days(since: datetime, until: datetime, check: RollupCheck, repair: bool) -> None:
+    """Compare each tool's day rows of whole days in [since, until) with their hours' sum.
+
+    After the hours were checked (and repaired), so the days are judged against them.
+    """
+    first_day = utc_day_start(since)
+    if first_day < since:
+        first_day += timedelta(days=1)
+    days = {"bucket_start__gte": first_day, "bucket_start__lt": until}
+    summed: dict[tuple[str, datetime], ToolDayRollup] = {}
+    for row in ToolRollup.objects.filter(**days).order_by():
+        key = (row.tool_name, utc_day_start(row.bucket_start))
+        if key[1] + timedelta(days=1) <= until:
+            add_tool_totals(summed.setdefault(key, ToolDayRollup(tool_name=key[0])), row)
+    stored = {
+        (row.tool_name, row.bucket_start): row
+        for row in ToolDayRollup.objects.filter(**days)
+        if row.bucket_start + timedelta(days=1) <= until
+    }
+    wrong = []
+    for key in sorted(summed.keys() | stored.keys()):
+        diff = _differences(stored.get(key), summed.get(key, ToolDayRollup()), ROLLUP_SUMMED_FIELDS)
+        if diff:
+            wrong.append(key)
+            check.differences.append(f"tool {key[0]} on {key[1]:%Y-%m-%d} (day row): {diff}")
+    check.tool_days += len(summed.keys() | stored.keys())
+    if repair and wrong:
+        with transaction.atomic():
+            take_recount_turn()
+            ToolDayRollup.objects.refresh_days(set(wrong))
 
 
 def _check_tool_rollups(
@@ -75,7 +114,7 @@ def _check_tool_rollups(
     wrong = []
     for key in sorted(counted.keys() | stored.keys()):
         empty = ToolRollup(tool_name=key[0], bucket_start=key[1])
-        diff = _differences(stored.get(key), counted.get(key, empty), _CHECKED_TOOL_FIELDS)
+        diff = _differences(stored.get(key), counted.get(key, empty), ROLLUP_SUMMED_FIELDS)
         if diff:
             wrong.append(key)
             check.differences.append(f"tool {key[0]} @ {key[1]:%Y-%m-%d %H:00}: {diff}")

@@ -1,11 +1,12 @@
-"""What dashboard pages read for a time range: sums of the hourly rollups, never raw spans.
+"""What dashboard pages read for a time range: sums of the rollups, never raw spans.
 
 A range is widened to whole UTC hours (the rollups' grain); pages say so next to the range.
+Tool totals read a day's row for each whole UTC day of the range and hourly rows for the rest.
 """
 
 from __future__ import annotations
 
-import operator
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,11 +16,10 @@ from django.conf import settings
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Trunc
 
-from traces_app.models import CALLER_FAULTS, SpanRollup, ToolRollup
+from traces_app.models import CALLER_FAULTS, SpanRollup, ToolDayRollup, ToolRollup
+from traces_app.models.rollup_tables import ROLLUP_SUMMED_FIELDS, add_tool_totals, utc_day_start
 from traces_app.rollups.histogram import (
     empty_histogram,
-    merge,
-    merge_counts,
     percentile_from_histogram,
 )
 from traces_app.rollups.ranges import DAY, TimeRange, range_context
@@ -64,22 +64,7 @@ class ToolTotals:
     cost_usd: float = 0.0
 
     def add(self, rollup: ToolRollup) -> None:
-        self.calls += rollup.calls
-        self.successes += rollup.successes
-        self.failures += rollup.failures
-        self.stopped += rollup.stopped
-        if rollup.failures_by_kind:
-            self.failures_by_kind = merge_counts(self.failures_by_kind, rollup.failures_by_kind)
-        histogram = rollup.latency_histogram
-        if len(histogram) == len(self.latency_histogram):  # a tenth of merge's time
-            self.latency_histogram = list(map(operator.add, self.latency_histogram, histogram))
-        else:
-            self.latency_histogram = merge(self.latency_histogram, histogram)
-        self.latency_sum_ms += rollup.latency_sum_ms
-        self.input_tokens += rollup.input_tokens
-        self.output_tokens += rollup.output_tokens
-        self.result_tokens += rollup.result_tokens
-        self.cost_usd += rollup.cost_usd
+        add_tool_totals(self, rollup)
 
     @property
     def caller_faults(self) -> int:
@@ -130,26 +115,61 @@ def _hours(time_range: TimeRange) -> dict[str, datetime]:
     return {"bucket_start__gte": first, "bucket_start__lt": time_range.until}
 
 
+def whole_days(time_range: TimeRange) -> tuple[datetime, datetime]:
+    """Return [first, end) of the UTC days whose 24 hours all overlap a range (maybe empty).
+
+    An hour overlaps the range when it starts in [the range's first whole hour, until).
+    """
+    first = time_range.since.replace(minute=0, second=0, microsecond=0)
+    first_day = utc_day_start(first)
+    if first_day < first:
+        first_day += DAY
+    # A day is whole when its last hour (day + 23 h) starts before `until`.
+    end = utc_day_start(time_range.until - timedelta(hours=23, microseconds=1)) + DAY
+    return first_day, max(first_day, end)
+
+
 # What ToolTotals.add reads of a rollup: named rows of these cost a fifth of model instances
 # (a 7-day range of a busy site is thousands of rows).
-_TOOL_ROLLUP_FIELDS = (
-    "tool_name", "bucket_start", "calls", "successes", "failures", "stopped",
-    "failures_by_kind", "latency_histogram", "latency_sum_ms", "input_tokens",
-    "output_tokens", "result_tokens", "cost_usd",
-)  # fmt: skip
+_TOOL_ROLLUP_FIELDS = ("tool_name", "bucket_start", *ROLLUP_SUMMED_FIELDS)
 
 
 def _tool_rollups(time_range: TimeRange, tools: Iterable[str] | None) -> Iterable[ToolRollup]:
+    """Yield the hourly rollups of a range as tool_totals reads them (all tools, or some)."""
     rollups = ToolRollup.objects.filter(**_hours(time_range)).order_by()
     if tools is not None:
         rollups = rollups.filter(tool_name__in=list(tools))
     return rollups.values_list(*_TOOL_ROLLUP_FIELDS, named=True).iterator(chunk_size=2000)
 
 
+def _tool_day_and_hour_rollups(
+    time_range: TimeRange, tools: Iterable[str] | None
+) -> Iterable[ToolRollup | ToolDayRollup]:
+    """Yield, as _tool_rollups does, a day's row for each whole day and hours for the rest.
+
+    The same sums in a seventh of the rows and less over a 7-day range: each day row is
+    the sum of its day's hourly rows (ToolDayRollup).
+    """
+    days_from, days_until = whole_days(time_range)
+    if days_from == days_until:
+        return _tool_rollups(time_range, tools)
+    hours = ToolRollup.objects.filter(**_hours(time_range)).exclude(
+        bucket_start__gte=days_from, bucket_start__lt=days_until
+    )
+    days = ToolDayRollup.objects.filter(bucket_start__gte=days_from, bucket_start__lt=days_until)
+    if tools is not None:
+        tools = list(tools)
+        hours, days = hours.filter(tool_name__in=tools), days.filter(tool_name__in=tools)
+    return itertools.chain.from_iterable(
+        rows.order_by().values_list(*_TOOL_ROLLUP_FIELDS, named=True).iterator(chunk_size=2000)
+        for rows in (days, hours)
+    )
+
+
 def tool_totals(time_range: TimeRange, tools: Iterable[str] | None = None) -> list[ToolTotals]:
     """Return each tool's totals over a range (all tools, or the named ones), by name."""
     totals: dict[str, ToolTotals] = {}
-    for rollup in _tool_rollups(time_range, tools):
+    for rollup in _tool_day_and_hour_rollups(time_range, tools):
         totals.setdefault(rollup.tool_name, ToolTotals(rollup.tool_name)).add(rollup)
     return [totals[name] for name in sorted(totals)]
 

@@ -48,7 +48,8 @@ class Command(BaseCommand):
             self.stdout.write(line)
         verb = "would repair" if dry_run else "repaired"
         self.stdout.write(
-            f"Checked {check.tool_buckets} tool buckets and {check.span_groups} span groups "
+            f"Checked {check.tool_buckets} tool buckets, {check.tool_days} tool days and "
+            f"{check.span_groups} span groups "
             f"from {check.since:%Y-%m-%d %H:00} to {check.until:%Y-%m-%d %H:%M} UTC: "
             f"{len(check.differences)} differed"
             + (f", {verb}." if check.differences else ", nothing to repair.")
