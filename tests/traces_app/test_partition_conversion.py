@@ -1,7 +1,8 @@
 """Converting a populated span table into daily partitions while ingest goes on (PostgreSQL).
 
-A real database migrated to 0017 (one span table, as an existing site has it) is filled
-by `manage.py ares_demo`. Then, while another process keeps ingesting (new spans over
+A real database migrated as before 0018 (one span table, as an existing site has it;
+with 0019 and 0020, which do not need 0018, for today's code to write) is filled by
+`manage.py ares_demo`. Then, while another process keeps ingesting (new spans over
 several days, and spans sent again with another start time), migration 0018 starts the
 conversion and `manage.py partition_spans` copies: it is killed with SIGKILL mid-copy,
 then two copiers resume it at once, and one of them switches. Afterwards every span is
@@ -67,15 +68,15 @@ with open(out, "w") as log:
 
 
 # In one process (each start of Django costs seconds): every app migrated but traces_app,
-# planner_app first (its post-migrate hook reads its tables), traces_app to 0017, then
-# demo traffic over three days.
+# planner_app first (its post-migrate hook reads its tables), traces_app to 0020 without
+# 0018, then demo traffic over three days.
 SET_UP_AS_BEFORE_0018 = """
 from django.core.management import call_command
 from django.db.migrations.loader import MigrationLoader
 migrated = MigrationLoader(None, ignore_no_migrations=True).migrated_apps - {"traces_app"}
 for label in sorted(migrated, key=lambda label: (label != "planner_app", label)):
     call_command("migrate", label, verbosity=0)
-call_command("migrate", "traces_app", "0017", verbosity=0)
+call_command("migrate", "traces_app", "0020", verbosity=0)
 call_command("ares_demo", "--invocations", "800", "--days", "3", verbosity=0)
 """
 
