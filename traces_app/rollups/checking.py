@@ -90,12 +90,7 @@ def _check_tool_days(since: datetime, until: datetime, check: RollupCheck, repai
         for row in ToolDayRollup.objects.filter(**days)
         if row.bucket_start + timedelta(days=1) <= until
     }
-    wrong = []
-    for key in sorted(summed.keys() | stored.keys()):
-        diff = _differences(stored.get(key), summed.get(key, ToolDayRollup()), ROLLUP_SUMMED_FIELDS)
-        if diff:
-            wrong.append(key)
-            check.differences.append(f"tool {key[0]} on {key[1]:%Y-%m-%d} (day row): {diff}")
+    wrong = _tool_differences(stored, summed, "on %Y-%m-%d (day row)", check)
     check.tool_days += len(summed.keys() | stored.keys())
     if repair and wrong:
         with transaction.atomic():
@@ -111,18 +106,31 @@ def _check_tool_rollups(
         key = (row["tool_name"], row["hour"])
         counted.setdefault(key, ToolRollup(tool_name=key[0], bucket_start=key[1])).add_group(row)
     stored = {(row.tool_name, row.bucket_start): row for row in ToolRollup.objects.filter(**hours)}
-    wrong = []
-    for key in sorted(counted.keys() | stored.keys()):
-        empty = ToolRollup(tool_name=key[0], bucket_start=key[1])
-        diff = _differences(stored.get(key), counted.get(key, empty), ROLLUP_SUMMED_FIELDS)
-        if diff:
-            wrong.append(key)
-            check.differences.append(f"tool {key[0]} @ {key[1]:%Y-%m-%d %H:00}: {diff}")
+    wrong = _tool_differences(stored, counted, "@ %Y-%m-%d %H:00", check)
     check.tool_buckets += len(counted.keys() | stored.keys())
     if repair and wrong:
         with transaction.atomic():
             take_recount_turn()  # after a purge that began meanwhile has moved the horizon
             ToolRollup.objects.refresh_buckets(set(wrong))
+
+
+def _tool_differences(
+    stored: dict[tuple[str, datetime], Any],
+    expected: dict[tuple[str, datetime], Any],
+    when: str,
+    check: RollupCheck,
+) -> list[tuple[str, datetime]]:
+    """Note each (tool, bucket) whose stored totals differ from the expected; return them.
+
+    `when` is the strftime format that names the bucket in the note (an hour or a day).
+    """
+    wrong = []
+    for key in sorted(expected.keys() | stored.keys()):
+        diff = _differences(stored.get(key), expected.get(key, ToolRollup()), ROLLUP_SUMMED_FIELDS)
+        if diff:
+            wrong.append(key)
+            check.differences.append(f"tool {key[0]} {key[1].strftime(when)}: {diff}")
+    return wrong
 
 
 def _check_span_rollups(
