@@ -4,7 +4,8 @@ import django.utils.timezone
 import traces_app.rollups.histogram
 from django.db import migrations, models
 
-from traces_app.models.rollup_tables import ROLLUP_SUMMED_FIELDS, add_tool_totals, utc_day_start
+from traces_app.models.rollup_tables import ROLLUP_SUMMED_FIELDS, add_tool_totals
+from traces_app.partitions.layout import day_of, day_start
 
 
 def sum_existing_hours(apps, schema_editor):
@@ -16,7 +17,7 @@ def sum_existing_hours(apps, schema_editor):
         "tool_name", "bucket_start", *ROLLUP_SUMMED_FIELDS, named=True
     )
     for row in rows.iterator(chunk_size=5000):
-        key = (row.tool_name, utc_day_start(row.bucket_start))
+        key = (row.tool_name, day_start(day_of(row.bucket_start)))
         if key not in pending:
             if len(pending) >= 1000:
                 days.bulk_create(pending.values())

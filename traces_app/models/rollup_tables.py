@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import models
 from django.utils import timezone
 
 from traces_app.models.trace_records import ChosenBy, Invocation, SpanKind, SpanStatus
+from traces_app.partitions.layout import DAY, day_of, day_start
 from traces_app.rollups.histogram import (
     empty_histogram,
     merge,
@@ -25,9 +26,6 @@ ROLLUP_TOTAL_FIELDS = [
 ]  # fmt: skip
 # The totals a tool's rollup rows add up (all but updated_at).
 ROLLUP_SUMMED_FIELDS = [name for name in ROLLUP_TOTAL_FIELDS if name != "updated_at"]
-
-
-DAY = timedelta(days=1)
 
 
 def add_tool_totals(into: Any, rollup: Any) -> None:
@@ -48,11 +46,6 @@ def add_tool_totals(into: Any, rollup: Any) -> None:
     into.output_tokens += rollup.output_tokens
     into.result_tokens += rollup.result_tokens
     into.cost_usd += rollup.cost_usd
-
-
-def utc_day_start(moment: datetime) -> datetime:
-    """Return the start of the UTC day holding a moment."""
-    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 SPAN_ROLLUP_KEY = ["bucket_start", "kind", "chosen_by", "ran_on", "agent"]
@@ -90,6 +83,17 @@ class PurgeHorizon(models.Model):
         return f"raw spans from {self.raw_spans_from:%Y-%m-%d %H:00} UTC"
 
 
+def _upsert_tool_totals(manager: models.Manager, rows: Iterable[models.Model]) -> None:
+    """Insert tool rollup rows (hours or days), or replace the totals of those already stored."""
+    manager.bulk_create(
+        list(rows),
+        batch_size=500,
+        update_conflicts=True,
+        unique_fields=["tool_name", "bucket_start"],
+        update_fields=ROLLUP_TOTAL_FIELDS,
+    )
+
+
 class ToolRollupManager(models.Manager):
     def refresh_buckets(self, buckets: set[tuple[str, datetime]]) -> int:
         """Recompute (tool, hour) rollups from the raw spans in one query and upsert them.
@@ -99,13 +103,7 @@ class ToolRollupManager(models.Manager):
         spans are purged, and their rollup is the only full record left.
         """
         rollups = self.count_buckets(buckets)
-        self.bulk_create(
-            list(rollups.values()),
-            batch_size=500,
-            update_conflicts=True,
-            unique_fields=["tool_name", "bucket_start"],
-            update_fields=ROLLUP_TOTAL_FIELDS,
-        )
+        _upsert_tool_totals(self, rollups.values())
         ToolDayRollup.objects.refresh_days(rollups.keys())
         return len(rollups)
 
@@ -209,7 +207,7 @@ class ToolDayRollupManager(models.Manager):
         Called by ToolRollup.objects.refresh_buckets, in the transaction (and the recount's
         turn) that rewrote the hours, so a day row is always the sum of its stored hours.
         """
-        days = {(tool, utc_day_start(hour)) for tool, hour in hours}
+        days = {(tool, day_start(day_of(hour))) for tool, hour in hours}
         if not days:
             return 0
         now = timezone.now()
@@ -226,16 +224,10 @@ class ToolDayRollupManager(models.Manager):
             .values_list("tool_name", "bucket_start", *ROLLUP_SUMMED_FIELDS, named=True)
         )
         for row in rows:
-            day_sum = sums.get((row.tool_name, utc_day_start(row.bucket_start)))
+            day_sum = sums.get((row.tool_name, day_start(day_of(row.bucket_start))))
             if day_sum is not None:
                 add_tool_totals(day_sum, row)
-        self.bulk_create(
-            list(sums.values()),
-            batch_size=500,
-            update_conflicts=True,
-            unique_fields=["tool_name", "bucket_start"],
-            update_fields=ROLLUP_TOTAL_FIELDS,
-        )
+        _upsert_tool_totals(self, sums.values())
         return len(sums)
 
 

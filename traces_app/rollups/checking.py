@@ -16,8 +16,8 @@ from traces_app.models.rollup_tables import (
     SPAN_ROLLUP_KEY,
     SPAN_ROLLUP_TOTALS,
     add_tool_totals,
-    utc_day_start,
 )
+from traces_app.partitions.layout import day_of, day_start
 from traces_app.rollups.marks import hour_start
 from traces_app.rollups.recount import take_recount_turn
 
@@ -76,13 +76,13 @@ def _check_tool_days(since: datetime, until: datetime, check: RollupCheck, repai
 
     After the hours were checked (and repaired), so the days are judged against them.
     """
-    first_day = utc_day_start(since)
+    first_day = day_start(day_of(since))
     if first_day < since:
         first_day += timedelta(days=1)
     days = {"bucket_start__gte": first_day, "bucket_start__lt": until}
     summed: dict[tuple[str, datetime], ToolDayRollup] = {}
     for row in ToolRollup.objects.filter(**days).order_by():
-        key = (row.tool_name, utc_day_start(row.bucket_start))
+        key = (row.tool_name, day_start(day_of(row.bucket_start)))
         if key[1] + timedelta(days=1) <= until:
             add_tool_totals(summed.setdefault(key, ToolDayRollup(tool_name=key[0])), row)
     stored = {

@@ -17,7 +17,8 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import Trunc
 
 from traces_app.models import CALLER_FAULTS, SpanRollup, ToolDayRollup, ToolRollup
-from traces_app.models.rollup_tables import ROLLUP_SUMMED_FIELDS, add_tool_totals, utc_day_start
+from traces_app.models.rollup_tables import ROLLUP_SUMMED_FIELDS, add_tool_totals
+from traces_app.partitions.layout import day_of, day_start
 from traces_app.rollups.histogram import (
     empty_histogram,
     percentile_from_histogram,
@@ -121,11 +122,11 @@ def whole_days(time_range: TimeRange) -> tuple[datetime, datetime]:
     An hour overlaps the range when it starts in [the range's first whole hour, until).
     """
     first = time_range.since.replace(minute=0, second=0, microsecond=0)
-    first_day = utc_day_start(first)
+    first_day = day_start(day_of(first))
     if first_day < first:
         first_day += DAY
     # A day is whole when its last hour (day + 23 h) starts before `until`.
-    end = utc_day_start(time_range.until - timedelta(hours=23, microseconds=1)) + DAY
+    end = day_start(day_of(time_range.until - timedelta(hours=23, microseconds=1))) + DAY
     return first_day, max(first_day, end)
 
 
